@@ -1,0 +1,3 @@
+from gradalign.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Analysis tools: closed forms, Hessian eigenvectors, alignment, dynamics."""

@@ -1,0 +1,66 @@
+"""Provenance: what every result record says about where and how it was produced."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+from gradalign import __version__
+
+
+def project_root() -> Path:
+    """The checkout this package lives in (src layout), else the working directory."""
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "pyproject.toml").exists() else Path.cwd()
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware(device) -> str:
+    """One line: the accelerator when used, else the CPU model and the cores torch may use."""
+    import torch
+
+    if getattr(device, "type", str(device)) == "cuda":
+        return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+    return f"CPU: {cpu_name()}, {torch.get_num_threads()} threads of {os.cpu_count()} cores"
+
+
+def git_commit() -> str:
+    root = project_root()
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (sha or "unknown") + ("+dirty" if dirty else "")
+
+
+def provenance(device, seeds: list[int], wall_time_s: float) -> dict:
+    import torch
+
+    return {
+        "hardware": hardware(device),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "gradalign": __version__,
+        "git_commit": git_commit(),
+        "seeds": list(seeds),
+        "wall_time_s": round(wall_time_s, 3),
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }

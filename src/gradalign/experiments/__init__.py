@@ -1,0 +1,32 @@
+"""Registered experiments, keyed by the element ids of REPRODUCE.md.
+
+An experiment is a function `run(config, device) -> outcome` plus its config class, its presets and a
+version number bumped by hand whenever the meaning of its output changes (old records then stop
+matching). The outcome is a dict with `metrics`, `curves`, `checks` and `verdict` (see `outcome`).
+"""
+
+from __future__ import annotations
+
+from gradalign.errors import ConfigError
+from gradalign.experiments.base import Experiment, check, outcome  # noqa: F401
+from gradalign.registry import element
+
+
+def _collect() -> dict[str, Experiment]:
+    from gradalign.experiments import lga
+
+    experiments = {}
+    for exp in lga.EXPERIMENTS:
+        element(exp.id)  # every experiment belongs to a REPRODUCE.md element
+        experiments[exp.id] = exp
+    return experiments
+
+
+EXPERIMENTS: dict[str, Experiment] = _collect()
+
+
+def get(element_id: str) -> Experiment:
+    element(element_id)
+    if element_id not in EXPERIMENTS:
+        raise ConfigError(f"element {element_id!r} is not built yet; built: {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[element_id]

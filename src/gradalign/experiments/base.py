@@ -1,0 +1,42 @@
+"""The shape of an experiment and of its outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from gradalign.config import Config, resolve
+
+
+@dataclass(frozen=True)
+class Experiment:
+    id: str
+    run: Callable[[Config, Any], dict]
+    config: type[Config]
+    presets: dict[str, dict[str, Any]]
+    version: int
+    notebook: str  # source notebook, relative to the project root
+    status: str = "built"  # or "partial" (the note says what is missing)
+    note: str = ""
+    choices: dict[str, str] = field(default_factory=dict)  # our choices where the paper is silent
+
+    def resolve(self, preset: str, overrides: dict[str, Any] | None = None) -> Config:
+        return resolve(self.config, self.presets, preset, overrides)
+
+
+def check(passed: bool, value: Any, rule: str, claim: str) -> dict:
+    """One numeric check of an outcome: the measured value, the rule it must satisfy, and the claim."""
+    return {"passed": bool(passed), "value": value, "rule": rule, "claim": claim}
+
+
+def outcome(checks: dict[str, dict], metrics: dict | None = None, curves: dict | None = None,
+            scope: str = "exact") -> dict:
+    """Bundle an experiment's results; the verdict follows from the checks, never typed in."""
+    failed = [name for name, c in checks.items() if not c["passed"]]
+    if failed:
+        verdict = {"status": "not reproduced", "failed": failed}
+    elif scope == "exact":
+        verdict = {"status": "reproduced", "failed": []}
+    else:
+        verdict = {"status": "reproduced qualitatively at reduced scale", "failed": []}
+    return {"metrics": metrics or {}, "curves": curves or {}, "checks": checks, "verdict": verdict}

@@ -1,0 +1,62 @@
+"""Run an experiment, or load its stored record: preset -> config -> run -> record -> store."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gradalign.config import PRESET_ORDER_FOR_BOOK, check_preset
+from gradalign.environment import provenance
+from gradalign.experiments import get
+from gradalign.results import SCHEMA, ResultStore, part_of
+from gradalign.runtime import pin_threads, seed_everything, select_device
+
+
+def run(element_id: str, preset: str, overrides: dict[str, Any] | None = None, *, force: bool = False,
+        store: ResultStore | None = None, device: str = "auto") -> dict:
+    """The record of `element_id` at `preset`: loaded when stored with the same key, else computed and saved."""
+    exp = get(element_id)
+    cfg = exp.resolve(preset, overrides)  # validates before any compute
+    store = store or ResultStore()
+    digest = cfg.digest(exp.version)
+    if not force:
+        record = store.load(element_id, preset, digest, exp.version)
+        if record is not None:
+            return record
+    dev = select_device(device)
+    pin_threads()
+    seed_everything(cfg.seed)
+    start = time.perf_counter()
+    result = exp.run(cfg, dev)
+    wall = time.perf_counter() - start
+    record = {
+        "schema": SCHEMA, "id": element_id, "part": part_of(element_id), "preset": preset,
+        "config": cfg.to_dict(), "config_hash": digest, "experiment_version": exp.version,
+        **result, "provenance": provenance(dev, [cfg.seed], wall),
+    }
+    store.save(record)
+    return record
+
+
+def best_stored_preset(element_id: str, overrides: dict[str, Any] | None = None,
+                       store: ResultStore | None = None) -> str | None:
+    """The largest preset (paper > gpu > cpu) with a usable record for the current config."""
+    exp = get(element_id)
+    store = store or ResultStore()
+    for preset in PRESET_ORDER_FOR_BOOK:
+        if preset not in exp.presets:
+            continue
+        cfg = exp.resolve(preset, overrides)
+        if store.path(element_id, preset, cfg.digest(exp.version)).exists():
+            if store.load(element_id, preset, cfg.digest(exp.version), exp.version) is not None:
+                return preset
+    return None
+
+
+def load_or_run(element_id: str, preset: str = "auto", overrides: dict[str, Any] | None = None,
+                store: ResultStore | None = None, device: str = "auto") -> dict:
+    """`auto`: the largest stored preset for this element, else run `cpu`. Other presets as named."""
+    if preset == "auto":
+        preset = best_stored_preset(element_id, overrides, store) or "cpu"
+    check_preset(preset)
+    return run(element_id, preset, overrides, store=store, device=device)
