@@ -1,0 +1,194 @@
+"""Build the book: execute the notebooks of `_toc.yml` with papermill, then jupyter-book (Sphinx).
+
+`<out>/book-src/` receives `_config.yml`, `_toc.yml`, the pages of `book/`, the executed notebooks
+(same relative paths as the sources, so launch and download buttons point at the sources) and the
+generated report; jupyter-book then builds `<out>/html` with warnings treated as errors. A notebook
+is re-executed only when its inputs changed: its source, the gradalign modules it imports (followed
+transitively), the stored records of the experiments it shows, and the preset.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from gradalign.environment import project_root
+from gradalign.errors import ConfigError
+from gradalign.results import ResultStore
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+def toc_files(root: Path) -> list[str]:
+    """Every `file:` entry of `_toc.yml` (the root page included), in order."""
+    import yaml
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(node["file"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(toc.get("parts", toc.get("chapters", [])))
+    return files
+
+
+def _module_file(name: str) -> Path | None:
+    rel = Path(*name.split(".")[1:])
+    for candidate in (PACKAGE / rel / "__init__.py", PACKAGE / rel.with_suffix(".py")):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _imports(source: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names |= {f"{node.module}.{a.name}" for a in node.names}
+    return {n for n in names if n == "gradalign" or n.startswith("gradalign.")}
+
+
+def library_closure(source: str) -> list[Path]:
+    """The gradalign source files a piece of code imports, followed transitively (with parents)."""
+    seen: dict[str, Path] = {}
+    todo = list(_imports(source))
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__
+            sub = ".".join(parts[:i])
+            path = _module_file(sub)
+            if path is not None and sub not in seen:
+                seen[sub] = path
+                todo += list(_imports(path.read_text()))
+    return sorted(set(seen.values()))
+
+
+def notebook_code(path: Path) -> str:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    lines = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            lines += [ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    return "\n".join(lines)
+
+
+def input_key(notebook: Path, preset: str, store: ResultStore) -> str:
+    from gradalign.experiments import EXPERIMENTS
+
+    digest = hashlib.sha256()
+    digest.update(f"preset={preset}\nresults={store.root}\n".encode())
+    digest.update(notebook.read_bytes())
+    for path in library_closure(notebook_code(notebook)):
+        digest.update(str(path.relative_to(PACKAGE)).encode() + path.read_bytes())
+    rel = notebook.resolve().relative_to(project_root()).as_posix()
+    for exp in sorted(EXPERIMENTS.values(), key=lambda e: e.id):
+        if exp.notebook == rel:
+            for record in store.files(exp.id):
+                digest.update(str(record.name).encode() + record.read_bytes())
+    return digest.hexdigest()
+
+
+def _copy_if_changed(src: Path, dst: Path) -> None:
+    if dst.exists() and dst.read_bytes() == src.read_bytes():
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
+
+
+def _write_if_changed(text: str, dst: Path) -> None:
+    if dst.exists() and dst.read_text() == text:
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_text(text)
+
+
+def execute(notebook: Path, target: Path, preset: str) -> None:
+    import papermill
+
+    tmp = target.with_suffix(".running.ipynb")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    papermill.execute_notebook(str(notebook), str(tmp), parameters={"preset": preset}, cwd=str(notebook.parent),
+                               kernel_name="python3", progress_bar=False, log_output=False)
+    tmp.replace(target)
+
+
+def build_book(preset: str = "auto", out: str | Path = "_build", force: bool = False,
+               store: ResultStore | None = None) -> dict:
+    """Execute what changed and build `<out>/html`; returns {'executed': [...], 'skipped': [...], 'html': path}."""
+    from gradalign.config import PRESETS
+    from gradalign.report import report_markdown
+
+    if preset != "auto" and preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of: auto, {', '.join(PRESETS)}")
+    root = project_root()
+    out = Path(out).resolve()
+    store = store or ResultStore()
+    src = out / "book-src"
+    cache_path = out / "executed.json"
+    cache = json.loads(cache_path.read_text()) if cache_path.exists() and not force else {}
+    executed, skipped = [], []
+    for name in ("_config.yml", "_toc.yml"):
+        _copy_if_changed(root / name, src / name)
+    for entry in toc_files(root):
+        if entry == "book/report":
+            continue
+        nb = root / f"{entry}.ipynb"
+        if nb.exists():
+            target = src / f"{entry}.ipynb"
+            if target.exists() and cache.get(entry) == input_key(nb, preset, store):
+                skipped.append(entry)
+                continue
+            print(f"executing {entry}.ipynb (preset {preset})", file=sys.stderr, flush=True)
+            env_preset = os.environ.get("GRADALIGN_PRESET")
+            if env_preset is not None and env_preset != preset:
+                raise ConfigError(f"GRADALIGN_PRESET={env_preset} conflicts with --preset {preset}; unset one")
+            execute(nb, target, preset)
+            cache[entry] = input_key(nb, preset, store)  # after the run: it may have stored new records
+            cache_path.write_text(json.dumps(cache, indent=1))
+            executed.append(entry)
+        else:
+            page = next((root / f"{entry}{ext}" for ext in (".md", ".ipynb") if (root / f"{entry}{ext}").exists()), None)
+            if page is None:
+                raise ConfigError(f"_toc.yml lists {entry!r} but neither {entry}.md nor {entry}.ipynb exists")
+            _copy_if_changed(page, src / page.relative_to(root))
+    _write_if_changed(report_markdown(preset, store), src / "book" / "report.md")
+    _jupyter_book(src, out)
+    return {"executed": executed, "skipped": skipped, "html": out / "html"}
+
+
+def _jupyter_book(src: Path, out: Path) -> None:
+    """jupyter-book writes `<path-output>/_build/html`; we build there and expose it as `<out>/html`."""
+    jb = Path(sys.executable).with_name("jupyter-book")
+    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(src), "--path-output", str(out / "jb"),
+           "--builder", "html", "-W", "-n", "--keep-going"]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout[-6000:] + result.stderr[-6000:])
+        raise RuntimeError(f"jupyter-book build failed (exit {result.returncode}); warnings count as errors")
+    html = out / "html"
+    if html.is_symlink() or html.exists():
+        if html.is_symlink():
+            html.unlink()
+        else:
+            shutil.rmtree(html)
+    html.symlink_to(out / "jb" / "_build" / "html", target_is_directory=True)

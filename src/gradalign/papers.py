@@ -1,0 +1,35 @@
+"""Numbers the papers report, transcribed once (pages and the report read them from here).
+
+Each entry names its source in the paper. Error rates are in percent, as printed (mean, std over
+the paper's trials). Entries for parts not built yet are added with those parts.
+"""
+
+from __future__ import annotations
+
+LGA_TABLE1 = {
+    # Jackson & Schulman (2019), Table 1: test error %, CIFAR-10 4000 labels / SVHN 1000 labels, 5 trials.
+    # Rows other than LGA are quoted from Oliver et al. (2018), Table 1.
+    "LGA": {"cifar10_4000": (12.91, 0.15), "svhn_1000": (7.56, 0.19)},
+    "LGA + VAT": {"cifar10_4000": (12.06, 0.19), "svhn_1000": (6.58, 0.36)},
+    "VAT": {"cifar10_4000": (13.86, 0.27), "svhn_1000": (5.63, 0.20)},
+    "VAT + EntMin": {"cifar10_4000": (13.13, 0.39), "svhn_1000": (5.35, 0.19)},
+    "Π-Model": {"cifar10_4000": (16.37, 0.63), "svhn_1000": (7.19, 0.27)},
+    "Mean Teacher": {"cifar10_4000": (15.87, 0.28), "svhn_1000": (5.65, 0.47)},
+    "Pseudo-Label": {"cifar10_4000": (17.78, 0.57), "svhn_1000": (7.62, 0.29)},
+    "Supervised": {"cifar10_4000": (20.26, 0.38), "svhn_1000": (12.83, 0.47)},
+}
+
+LGA_FIGURE1 = {
+    # §3.1 and Figure 1's caption: hyperparameters, and the claims the figure supports.
+    "alpha_theta": 1e-3, "alpha_w": 1e-3, "eps_norm": 1e-3,
+    "claims": ("c_{k,i} converges to 1 faster for larger lambda^u_i",
+               "c_{k,i} converges to 1 faster for larger lambda^l_i",
+               "every c_{k,i} converges to 1 (the fully supervised fixed point)"),
+}
+
+METAGRAD_TABLE1 = {
+    # Zhang et al. (2020), Table 1, Conv-Large: test error % (also the official README's numbers).
+    "svhn_1000": 3.15, "cifar10_4000": 7.78, "cifar100_10000": 30.74,
+}
+
+PAPER_NUMBERS = {"lga.tab1": LGA_TABLE1, "lga.fig1": LGA_FIGURE1, "metagrad.tab1": METAGRAD_TABLE1}

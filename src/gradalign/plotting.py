@@ -1,0 +1,39 @@
+"""The book's figure style and paper-vs-ours helpers."""
+
+from __future__ import annotations
+
+PAPER_COLOR = "0.45"
+
+
+def use_book_style() -> None:
+    """Seaborn's paper context with a white grid; one call at the top of every notebook."""
+    import matplotlib as mpl
+    import seaborn as sns
+
+    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=0.95)
+    mpl.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "axes.titlesize": "medium",
+                         "figure.constrained_layout.use": True})
+
+
+def ramp(n: int, name: str = "coolwarm"):
+    """n colours from blue (small) to red (large), as in LGA's Figure 1."""
+    import seaborn as sns
+
+    return sns.color_palette(name, n)
+
+
+def scale_caption(record: dict) -> str:
+    """One line naming the preset, hardware, seeds and wall time that produced a record."""
+    prov = record["provenance"]
+    return (f"preset `{record['preset']}` · {prov['hardware']} · torch {prov['torch']} · "
+            f"seed(s) {', '.join(map(str, prov['seeds']))} · {prov['wall_time_s']:.1f} s · {prov['date'][:10]}")
+
+
+def paper_vs_ours(rows: list[dict]):
+    """A DataFrame with `paper` and `ours` side by side (rows: dicts with at least those keys)."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    if {"paper", "ours"} <= set(frame.columns):
+        frame["ours − paper"] = frame["ours"] - frame["paper"]
+    return frame
