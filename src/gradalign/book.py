@@ -48,6 +48,8 @@ def toc_files(root: Path) -> list[str]:
 
 def _module_file(name: str) -> Path | None:
     rel = Path(*name.split(".")[1:])
+    if not rel.parts:
+        return PACKAGE / "__init__.py"
     for candidate in (PACKAGE / rel / "__init__.py", PACKAGE / rel.with_suffix(".py")):
         if candidate.exists():
             return candidate

@@ -1,0 +1,42 @@
+# `make book` and `make test` each do their whole set-up on a fresh machine:
+# virtual environment, pinned requirements, the package, the data, and (for tests) headless Chromium.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | sha256sum | cut -c1-12)
+FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+export GRADALIGN_THREADS ?= 2
+
+.PHONY: book test setup data browser clean
+
+book: setup data
+	$(BIN)/gradalign book --preset $(or $(PRESET),auto)
+
+test: setup data browser
+	$(BIN)/python -m pytest -q
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	rm -f $(VENV)/.installed-* && touch $@
+
+# Fashion-MNIST: the Debian package where we may install it, else the user's copy ($GRADALIGN_DATA).
+data: setup
+	@test -f $(FMNIST) || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get install -y -qq dataset-fashion-mnist >/dev/null || \
+	   (apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null)); } || \
+	  echo "note: Debian package dataset-fashion-mnist not installed; see README (Data)"
+	-$(BIN)/gradalign data
+
+# Headless Chromium for the test that opens the built book.
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  (apt-get install -y -qq chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)); } || \
+	  echo "note: chromium not installed; the screenshot test will fail"
+
+clean:
+	rm -rf _build

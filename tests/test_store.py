@@ -1,0 +1,93 @@
+import json
+
+import pytest
+
+from gradalign import runner
+from gradalign.experiments import EXPERIMENTS
+from gradalign.results import RecordWarning, ResultStore
+
+
+def _count_runs(monkeypatch, element_id="lga.alg1"):
+    calls = []
+    exp = EXPERIMENTS[element_id]
+    original = exp.run
+
+    def counting(cfg, device):
+        calls.append(cfg)
+        return original(cfg, device)
+
+    monkeypatch.setitem(EXPERIMENTS, element_id, type(exp)(**{**exp.__dict__, "run": counting}))
+    return calls
+
+
+def test_save_is_atomic_and_loads_back(store):
+    record = runner.run("lga.alg1", "smoke", store=store)
+    path = store.path("lga.alg1", "smoke", record["config_hash"])
+    assert path.exists() and path.parent == store.root / "lga" / "lga.alg1"
+    assert not list(path.parent.glob("*.tmp"))
+    loaded = store.load("lga.alg1", "smoke", record["config_hash"], record["experiment_version"])
+    assert loaded == json.loads(json.dumps(record))
+    for key in ("hardware", "torch", "seeds", "wall_time_s", "date", "git_commit"):
+        assert key in loaded["provenance"]
+
+
+def test_failed_write_keeps_the_old_record(store, monkeypatch):
+    record = runner.run("lga.alg1", "smoke", store=store)
+    path = store.path("lga.alg1", "smoke", record["config_hash"])
+    before = path.read_bytes()
+
+    def broken_dump(obj, handle, **kw):
+        handle.write('{"half": ')
+        raise OSError("disk full")
+
+    monkeypatch.setattr(json, "dump", broken_dump)
+    with pytest.raises(OSError):
+        store.save(record)
+    assert path.read_bytes() == before
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_stored_record_is_reused(store, monkeypatch):
+    calls = _count_runs(monkeypatch)
+    runner.run("lga.alg1", "smoke", store=store)
+    runner.run("lga.alg1", "smoke", store=store)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("damage", ["truncate", "schema", "hash", "version", "config"])
+def test_bad_record_is_reported_and_recomputed(store, monkeypatch, damage):
+    record = runner.run("lga.alg1", "smoke", store=store)
+    path = store.path("lga.alg1", "smoke", record["config_hash"])
+    text = path.read_text()
+    bad = json.loads(text)
+    if damage == "truncate":
+        path.write_text(text[: len(text) // 2])
+    else:
+        if damage == "schema":
+            bad["schema"] = 99
+        elif damage == "hash":
+            bad["config_hash"] = "0" * 12
+        elif damage == "version":
+            bad["experiment_version"] = 0
+        else:
+            bad["config"]["m"] = 999
+        path.write_text(json.dumps(bad))
+    calls = _count_runs(monkeypatch)
+    with pytest.warns(RecordWarning, match="ignoring stored record"):
+        again = runner.run("lga.alg1", "smoke", store=store)
+    assert len(calls) == 1
+    assert again["config"] == record["config"]
+    assert json.loads(path.read_text())["schema"] == 1  # rewritten
+
+
+def test_auto_prefers_the_largest_stored_preset(store, monkeypatch):
+    assert runner.best_stored_preset("lga.alg1", store=store) is None
+    runner.run("lga.alg1", "cpu", store=store)
+    assert runner.best_stored_preset("lga.alg1", store=store) == "cpu"
+    runner.run("lga.alg1", "gpu", store=store)
+    assert runner.load_or_run("lga.alg1", "auto", store=store)["preset"] == "gpu"
+
+
+def test_store_root_follows_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "elsewhere"))
+    assert ResultStore().root == tmp_path / "elsewhere"
