@@ -62,7 +62,7 @@ def test_chromium_renders_the_chapter(built, tmp_path):
     image = Image.open(shot).convert("L")
     lo, hi = image.getextrema()
     assert hi - lo > 100, "screenshot is blank"
-    assert len(set(image.resize((120, 160)).getdata())) > 20
+    assert sum(1 for count in image.histogram() if count) > 20, "screenshot has almost no distinct shades"
     dom = subprocess.run(flags + ["--dump-dom", page], capture_output=True, text=True, timeout=120).stdout
     assert "Figure 1 reproduced" in dom or "Figure 1" in dom
-    assert "Traceback" not in dom and "Error" not in dom.split("<body")[-1].replace("ErrorBar", "")
+    assert "Traceback" not in dom and "Error:" not in dom
