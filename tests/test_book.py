@@ -45,6 +45,9 @@ def test_book_builds_and_second_build_executes_nothing(built):
     for element_id in ELEMENTS:
         assert element_id in report
     assert "not yet built" in report and "reproduced" in report
+    chapter = (html / "notebooks" / "lga" / "01_linear_regression.html").read_text()
+    for launcher in ("colab.research.google.com", "mybinder.org"):  # launch buttons open the source notebook
+        assert launcher in chapter and "notebooks/lga/01_linear_regression.ipynb" in chapter
 
 
 def test_chromium_renders_the_chapter(built, tmp_path):
