@@ -1,0 +1,1 @@
+"""Data: seeded synthetic generators and real-image loaders (torchvision)."""
