@@ -137,11 +137,13 @@ def execute(notebook: Path, target: Path, preset: str) -> None:
 def build_book(preset: str = "auto", out: str | Path = "_build", force: bool = False,
                store: ResultStore | None = None) -> dict:
     """Execute what changed and build `<out>/html`; returns {'executed': [...], 'skipped': [...], 'html': path}."""
-    from gradalign.config import PRESETS
+    from gradalign.config import check_preset
     from gradalign.report import report_markdown
 
-    if preset != "auto" and preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; choose one of: auto, {', '.join(PRESETS)}")
+    check_preset(preset, allow_auto=True)
+    env_preset = os.environ.get("GRADALIGN_PRESET")
+    if env_preset and env_preset != preset:  # the notebooks would silently follow the environment
+        raise ConfigError(f"GRADALIGN_PRESET={env_preset} conflicts with --preset {preset}; unset one")
     root = project_root()
     out = Path(out).resolve()
     store = store or ResultStore()
@@ -161,9 +163,6 @@ def build_book(preset: str = "auto", out: str | Path = "_build", force: bool = F
                 skipped.append(entry)
                 continue
             print(f"executing {entry}.ipynb (preset {preset})", file=sys.stderr, flush=True)
-            env_preset = os.environ.get("GRADALIGN_PRESET")
-            if env_preset is not None and env_preset != preset:
-                raise ConfigError(f"GRADALIGN_PRESET={env_preset} conflicts with --preset {preset}; unset one")
             execute(nb, target, preset)
             cache[entry] = input_key(nb, preset, store)  # after the run: it may have stored new records
             cache_path.write_text(json.dumps(cache, indent=1))

@@ -33,10 +33,11 @@ def cmd_run(args) -> int:
 
     overrides = dict(parse_override(text) for text in args.set)
     store = ResultStore(args.results) if args.results else ResultStore()
-    if args.preset == "auto":
+    if args.preset == "auto" and not args.force:
         record = load_or_run(args.id, "auto", overrides, store=store, device=args.device)
     else:
-        record = run(args.id, args.preset, overrides, force=args.force, store=store, device=args.device)
+        record = run(args.id, "cpu" if args.preset == "auto" else args.preset, overrides, force=args.force,
+                     store=store, device=args.device)
     path = store.path(record["id"], record["preset"], record["config_hash"])
     print(f"{record['id']} [{record['preset']}] {record['verdict']['status']} "
           f"({record['provenance']['wall_time_s']:.1f} s on {record['provenance']['hardware']})")

@@ -22,9 +22,11 @@ PRESET_ORDER_FOR_BOOK = ("paper", "gpu", "cpu")
 """The book shows the largest preset whose record is stored, in this order; else it runs `cpu`."""
 
 
-def check_preset(preset: str) -> str:
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+def check_preset(preset: str, allow_auto: bool = False) -> str:
+    """`auto` (where allowed) means: the largest stored record, else `cpu`."""
+    choices = (("auto",) if allow_auto else ()) + PRESETS
+    if preset not in choices:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of: {', '.join(choices)}")
     return preset
 
 
@@ -70,7 +72,7 @@ def resolve(config_cls: type[Config], presets: dict[str, dict[str, Any]], preset
             raise ConfigError(f"unknown parameter {key!r} for {config_cls.__name__}; "
                               f"choose from: {', '.join(fields)}")
         values[key] = value
-    values = {k: _coerce(v, fields[k]) for k, v in values.items()}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}  # JSON lists -> tuples
     cfg = config_cls(**values)
     cfg.validate()
     return cfg
@@ -85,13 +87,6 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key.strip(), json.loads(raw)
     except json.JSONDecodeError:
         return key.strip(), raw
-
-
-def _coerce(value: Any, field: dataclasses.Field) -> Any:
-    # JSON and papermill give lists where configs hold tuples (tuples keep configs hashable).
-    if isinstance(value, list):
-        return tuple(value)
-    return value
 
 
 def _jsonable(value: Any) -> Any:

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import os
 
-from gradalign.config import PRESETS
-from gradalign.errors import ConfigError
+from gradalign.config import check_preset
 
 
 def resolve_preset(preset: str) -> str:
     """`$GRADALIGN_PRESET` overrides the notebook's parameter (nbval runs everything at `smoke`)."""
-    preset = os.environ.get("GRADALIGN_PRESET") or preset
-    if preset != "auto" and preset not in PRESETS:
-        raise ConfigError(f"unknown preset {preset!r}; choose one of: auto, {', '.join(PRESETS)}")
-    return preset
+    return check_preset(os.environ.get("GRADALIGN_PRESET") or preset, allow_auto=True)
 
 
 def checks_table(record: dict):

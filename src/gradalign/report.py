@@ -6,19 +6,17 @@ from gradalign.config import PRESET_ORDER_FOR_BOOK
 from gradalign.experiments import EXPERIMENTS
 from gradalign.registry import ELEMENTS, PARTS, status
 from gradalign.results import ResultStore
+from gradalign.runner import stored_record
 
 
 def shown_record(element_id: str, preset: str, store: ResultStore) -> dict | None:
     """The record the book shows: the named preset's, or for `auto` the largest stored preset."""
-    exp = EXPERIMENTS.get(element_id)
-    if exp is None:
+    if element_id not in EXPERIMENTS:
         return None
     for name in (PRESET_ORDER_FOR_BOOK if preset == "auto" else (preset,)):
-        if name in exp.presets:
-            cfg = exp.resolve(name)
-            record = store.load(element_id, name, cfg.digest(exp.version), exp.version)
-            if record is not None:
-                return record
+        record = stored_record(element_id, name, store=store)
+        if record is not None:
+            return record
     return None
 
 

@@ -38,25 +38,28 @@ def run(element_id: str, preset: str, overrides: dict[str, Any] | None = None, *
     return record
 
 
+def stored_record(element_id: str, preset: str, overrides: dict[str, Any] | None = None,
+                  store: ResultStore | None = None) -> dict | None:
+    """The usable record of `element_id` at `preset` for the current config, or None."""
+    exp = get(element_id)
+    if preset not in exp.presets:
+        return None
+    cfg = exp.resolve(preset, overrides)
+    return (store or ResultStore()).load(element_id, preset, cfg.digest(exp.version), exp.version)
+
+
 def best_stored_preset(element_id: str, overrides: dict[str, Any] | None = None,
                        store: ResultStore | None = None) -> str | None:
     """The largest preset (paper > gpu > cpu) with a usable record for the current config."""
-    exp = get(element_id)
-    store = store or ResultStore()
     for preset in PRESET_ORDER_FOR_BOOK:
-        if preset not in exp.presets:
-            continue
-        cfg = exp.resolve(preset, overrides)
-        if store.path(element_id, preset, cfg.digest(exp.version)).exists():
-            if store.load(element_id, preset, cfg.digest(exp.version), exp.version) is not None:
-                return preset
+        if stored_record(element_id, preset, overrides, store) is not None:
+            return preset
     return None
 
 
 def load_or_run(element_id: str, preset: str = "auto", overrides: dict[str, Any] | None = None,
                 store: ResultStore | None = None, device: str = "auto") -> dict:
     """`auto`: the largest stored preset for this element, else run `cpu`. Other presets as named."""
-    if preset == "auto":
+    if check_preset(preset, allow_auto=True) == "auto":
         preset = best_stored_preset(element_id, overrides, store) or "cpu"
-    check_preset(preset)
     return run(element_id, preset, overrides, store=store, device=device)
