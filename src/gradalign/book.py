@@ -23,6 +23,7 @@ from gradalign.errors import ConfigError
 from gradalign.results import ResultStore
 
 PACKAGE = Path(__file__).resolve().parent
+CELL_TIMEOUT_S = 1800  # a hung cell fails the build instead of stalling it
 
 
 def toc_files(root: Path) -> list[str]:
@@ -129,8 +130,17 @@ def execute(notebook: Path, target: Path, preset: str) -> None:
 
     tmp = target.with_suffix(".running.ipynb")
     target.parent.mkdir(parents=True, exist_ok=True)
-    papermill.execute_notebook(str(notebook), str(tmp), parameters={"preset": preset}, cwd=str(notebook.parent),
-                               kernel_name="python3", progress_bar=False, log_output=False)
+    previous = os.environ.get("GRADALIGN_BATCH")
+    os.environ["GRADALIGN_BATCH"] = "1"  # the kernel inherits it: no live widgets in batch runs
+    try:
+        papermill.execute_notebook(str(notebook), str(tmp), parameters={"preset": preset}, cwd=str(notebook.parent),
+                                   kernel_name="python3", progress_bar=False, log_output=False,
+                                   execution_timeout=CELL_TIMEOUT_S)
+    finally:
+        if previous is None:
+            os.environ.pop("GRADALIGN_BATCH")
+        else:
+            os.environ["GRADALIGN_BATCH"] = previous
     tmp.replace(target)
 
 

@@ -12,6 +12,12 @@ def resolve_preset(preset: str) -> str:
     return check_preset(os.environ.get("GRADALIGN_PRESET") or preset, allow_auto=True)
 
 
+def interactive_session() -> bool:
+    """False in batch runs (papermill, nbval): `GRADALIGN_BATCH=1`. Widgets are built only in live
+    sessions, because executing `ipywidgets.interact` under nbclient can deadlock (jupyter/nbclient#312)."""
+    return os.environ.get("GRADALIGN_BATCH", "0") != "1"
+
+
 def checks_table(record: dict):
     import pandas as pd
 
