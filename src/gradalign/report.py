@@ -36,7 +36,7 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None) -> s
     body = []
     details = []
     for part, title in PARTS.items():
-        body += [f"## {title}", "", "| id | element | status | verdict | preset | hardware | paper vs ours |",
+        body += [f"## {title}", "", "| id | element | status | verdict | preset | hardware | paper vs ours, or checks |",
                  "| --- | --- | --- | --- | --- | --- | --- |"]
         for element in (e for e in ELEMENTS.values() if e.part == part):
             state = status(element.id)
