@@ -23,7 +23,7 @@ def run(element_id: str, preset: str, overrides: dict[str, Any] | None = None, *
         record = store.load(element_id, preset, digest, exp.version)
         if record is not None:
             return record
-    dev = select_device(device)
+    dev = select_device(device if exp.uses_accelerator else "cpu")  # provenance names where it ran
     pin_threads()
     seed_everything(cfg.seed)
     start = time.perf_counter()

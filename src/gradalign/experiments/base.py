@@ -17,6 +17,7 @@ class Experiment:
     version: int
     notebook: str  # source notebook, relative to the project root
     status: str = "built"  # or "partial" (the note says what is missing)
+    uses_accelerator: bool = False  # False: computes on the CPU whatever device is asked for
     note: str = ""
     choices: dict[str, str] = field(default_factory=dict)  # our choices where the paper is silent
 
