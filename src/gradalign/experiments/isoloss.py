@@ -423,6 +423,144 @@ def _prediction_checks(cfg: ToyConfig, lam: dict, lam0: torch.Tensor) -> dict:
                                               "the eigenvalues follow the decoupled dynamics of Eq. 5-8 (linear network)")}
 
 
+
+# --- Table 1: deep Siamese networks, L vs L_iso, with and without an EMA target -------------------
+
+VARIANTS = (("L", True), ("L", False), ("iso", True), ("iso", False))
+
+
+@dataclass(frozen=True)
+class DeepSiameseConfig(Config):
+    """Table 1's grid (loss × EMA target) on each data set; sizes of the `cpu` preset are ours."""
+
+    datasets: tuple = ("fashion_mnist",)
+    epochs: tuple = (8,)  # one per data set (paper: CIFAR-10 800, STL-10 100)
+    seeds: int = 1  # paper: 4
+    train_subset: int = 10_000  # 0: the whole training split (plus STL-10's unlabeled split)
+    test_subset: int = 10_000  # 0: the whole test split
+    width: float = 0.25  # VGG11 channel multiplier (1: the paper's VGG11)
+    projector_hidden: int = 512
+    projector_dim: int = 64
+    batch_size: int = 256
+    lr: float = 0.1
+    warmup_epochs: int = 1
+    crop_scale_min: float = 0.2  # SimCLR's 0.08 is harsh at 28×28 and a few epochs (our choice)
+    bench_dims: tuple = (32, 64, 128, 256, 512, 1024)  # projector widths for the DirectPred cost sweep
+
+    def validate(self) -> None:
+        super().validate()
+        from gradalign.data.image_sets import IMAGE_SETS
+
+        require(self, "datasets", len(self.datasets) >= 1 and all(d in IMAGE_SETS for d in self.datasets),
+                f"must name data sets among: {', '.join(IMAGE_SETS)}")
+        require(self, "epochs", len(self.epochs) == len(self.datasets) and all(e >= 1 for e in self.epochs),
+                "must give one positive epoch count per data set")
+        require(self, "seeds", self.seeds >= 1, "must be >= 1")
+        require(self, "train_subset", self.train_subset == 0 or self.train_subset >= self.batch_size,
+                "must be 0 (all) or >= batch_size")
+        require(self, "test_subset", self.test_subset >= 0, "must be >= 0")
+        require(self, "warmup_epochs", 0 <= self.warmup_epochs < min(self.epochs), "must be in [0, min(epochs))")
+        require(self, "bench_dims", len(self.bench_dims) >= 1 and all(d >= 2 for d in self.bench_dims), "must be >= 2")
+
+    def settings(self, loss: str, ema: bool, epochs: int, seed: int):
+        from gradalign.methods.siamese import SiameseSettings
+
+        return SiameseSettings(loss=loss, ema=ema, epochs=epochs, batch_size=self.batch_size, lr=self.lr,
+                               warmup_epochs=self.warmup_epochs, width=self.width,
+                               projector_hidden=self.projector_hidden, projector_dim=self.projector_dim,
+                               crop_scale_min=self.crop_scale_min, seed=seed)
+
+
+def _subset(images, labels, n: int, seed: int):
+    if n == 0 or n >= len(images):
+        return images, labels
+    keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[:n]
+    return images[keep], labels[keep]
+
+
+def _siamese_data(name: str, cfg: DeepSiameseConfig):
+    from gradalign.data.image_sets import load_image_set
+
+    train = load_image_set(name, "train")
+    if name == "stl10":  # pretraining also sees the 100,000 unlabeled images (labels -1)
+        extra = load_image_set(name, "unlabeled")
+        train = (torch.cat([train[0], extra[0]]), torch.cat([train[1], extra[1]]))
+    test = load_image_set(name, "test")
+    return _subset(*train, cfg.train_subset, cfg.seed) + _subset(*test, cfg.test_subset, cfg.seed + 1)
+
+
+def directpred_cost(dims, step_seconds: float, device, repeats: int = 20) -> dict:
+    """Seconds per DirectPred update (running correlation, eigendecomposition, W_P) at each projector
+    width, and its ratio to one measured training step. Median of `repeats` after a warm-up."""
+    import time
+
+    from gradalign.methods.directpred import DirectPredictor
+
+    out = {}
+    for d in dims:
+        pred = DirectPredictor(d, device=device)
+        z = torch.randn(512, d, device=device)
+        times = []
+        for i in range(repeats + 3):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            pred.update(z)
+            pred.matrix()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t)
+        sec = sorted(times[3:])[repeats // 2]
+        out[str(d)] = {"seconds": sec, "ratio_to_step": sec / step_seconds}
+    return out
+
+
+def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
+    """Table 1: linear readout accuracy for L and L_iso, with and without the EMA target."""
+    from gradalign.environment import project_root
+    from gradalign.methods.siamese import train_siamese
+
+    ckpt_dir = project_root() / "_build" / "checkpoints" / "isoloss.tab1" / cfg.digest(1)
+    runs, metrics, curves = {}, {}, {}
+    step_seconds = []
+    for name, epochs in zip(cfg.datasets, cfg.epochs):
+        data = _siamese_data(name, cfg)
+        for loss, ema in VARIANTS:
+            key = f"{name}/{loss}/{'ema' if ema else 'no_ema'}"
+            runs[key] = []
+            for seed in range(cfg.seed, cfg.seed + cfg.seeds):
+                ckpt = ckpt_dir / f"{key.replace('/', '-')}-seed{seed}.pt"
+                out = train_siamese(*data, cfg.settings(loss, ema, epochs, seed), device, checkpoint=ckpt)
+                runs[key].append(out)
+                step_seconds.append(cfg.batch_size / out["images_per_s"])
+                curves[f"{key}/seed{seed}"] = out["curves"]
+            probe = torch.tensor([100 * r["probe_test_acc"] for r in runs[key]])
+            readout = torch.tensor([100 * r["readout_test_acc"] for r in runs[key]])
+            metrics[key] = {"probe_mean": float(probe.mean()), "probe_std": float(probe.std()) if len(probe) > 1 else 0.0,
+                            "readout_mean": float(readout.mean()),
+                            "readout_std": float(readout.std()) if len(readout) > 1 else 0.0,
+                            "probe": probe.tolist(), "readout": readout.tolist(),
+                            "participation_ratio": [r["curves"]["participation_ratio"][-1] for r in runs[key]]}
+    step = sorted(step_seconds)[len(step_seconds) // 2]
+    metrics["step_seconds"] = step
+    metrics["directpred_cost"] = directpred_cost(cfg.bench_dims, step, torch.device(device))
+    checks = {}
+    for name in cfg.datasets:
+        acc = {k.split("/", 1)[1]: v["probe_mean"] for k, v in metrics.items() if k.startswith(name + "/")}
+        checks[f"{name}_iso_keeps_accuracy_without_ema"] = check(
+            acc["iso/no_ema"] >= acc["iso/ema"] - 3, acc,
+            "probe accuracy of L_iso without EMA >= with EMA - 3 points",
+            "L_iso without the EMA target keeps its accuracy (paper: 73.5 vs 72.5 CIFAR-10, 65.7 vs 67.1 STL-10)")
+        checks[f"{name}_L_loses_accuracy_without_ema"] = check(
+            acc["L/no_ema"] <= acc["L/ema"] - 5, acc, "probe accuracy of L without EMA <= with EMA - 5 points",
+            "L loses much of its accuracy without the EMA target (paper: -14.1 CIFAR-10, -30.8 STL-10)")
+        checks[f"{name}_iso_beats_L_without_ema"] = check(
+            acc["iso/no_ema"] >= acc["L/no_ema"] + 5, acc, "without EMA, L_iso's probe accuracy >= L's + 5 points",
+            "without the EMA target IsoLoss outperforms the baseline by a large margin")
+    return outcome(checks, metrics, curves, scope="exact" if cfg.datasets != ("fashion_mnist",) and min(cfg.epochs) >= 100
+                   and cfg.seeds >= 4 and cfg.width == 1 else "reduced")
+
+
 TOY_SMOKE = {"steps": 300, "lr": 5e-2, "samples": 4000, "pool": 500, "field_points": 40, "field_steps": 20,
              "record_every": 5}
 TOY_CHOICES = {"arrows": "update panels: displacement of 150 random inputs over the first 100 steps (arrows) and "
@@ -431,6 +569,21 @@ TOY_CHOICES = {"arrows": "update panels: displacement of 150 random inputs over 
                "views": "both views are noisy, x + 0.1 eps and x + 0.1 eps' (PROTOCOLS.md), so L and L_iso settle at "
                         "lambda* = 1/(1 + sigma^2) = 0.990 rather than exactly 1",
                "samples": "float32 samples, float64 weights and eigenvalues"}
+TAB1_PRESETS = {
+    "smoke": {"epochs": (1,), "warmup_epochs": 0, "train_subset": 512, "test_subset": 256, "width": 0.125,
+              "projector_hidden": 64, "projector_dim": 16, "batch_size": 128, "bench_dims": (16, 64)},
+    "cpu": {},
+    "gpu": {"epochs": (100,), "warmup_epochs": 10, "seeds": 2, "train_subset": 0, "test_subset": 0, "width": 1.0,
+            "projector_hidden": 4096, "projector_dim": 256},
+    "paper": {"datasets": ("cifar10", "stl10"), "epochs": (800, 100), "warmup_epochs": 10, "seeds": 4,
+              "train_subset": 0, "test_subset": 0, "width": 1.0, "projector_hidden": 4096, "projector_dim": 256,
+              "crop_scale_min": 0.08},
+}
+TAB1_CHOICES = {"projector": "one hidden layer; 4096 -> 256 as in the authors' later code (gpu, paper); 512 -> 64 at cpu",
+                "optimiser": "SGD momentum 0.9, lr 0.1 at batch 256, weight decay 1e-5, warm-up + cosine (authors' configs)",
+                "losses": "cosine forms (the authors' public code): 2 - 2 cos(W_P z1, SG(z2)) and its IsoLoss",
+                "accuracy": "linear probe (L-BFGS on frozen, standardised features) on the test split; the online readout is also reported",
+                "crop": "random resized crop scale (0.2, 1) at cpu/gpu, SimCLR's (0.08, 1) at paper"}
 
 EXPERIMENTS = [
     Experiment("isoloss.eq1-2", decoupling, DecouplingConfig,
@@ -441,4 +594,7 @@ EXPERIMENTS = [
     Experiment("isoloss.fig2", toy_dynamics, ToyConfig, _same_as_cpu({}, TOY_SMOKE), 1, NB_TOY, choices=TOY_CHOICES),
     Experiment("isoloss.fig3", toy_dynamics, ToyConfig,
                _same_as_cpu({"activation": "relu"}, {**TOY_SMOKE, "activation": "relu"}), 1, NB_TOY, choices=TOY_CHOICES),
+    Experiment("isoloss.tab1", deep_siamese, DeepSiameseConfig, TAB1_PRESETS, 1, NB_DEEP, uses_accelerator=True,
+               note="cpu/gpu presets on Fashion-MNIST (the paper: CIFAR-10 and STL-10); cpu also with a narrower VGG11, "
+                    "a 10,000-image subset, few epochs and one seed", choices=TAB1_CHOICES),
 ]

@@ -1,0 +1,1 @@
+"""Network architectures (backbones) for the deep experiments."""
