@@ -261,7 +261,7 @@ SMOKE_GRID = {"lambda_l": (0.5, 2.0), "lambda_u": (0.5, 2.0), "n_l": 5, "n_u": 4
 EXPERIMENTS = [
     Experiment("lga.alg1", algorithm1_linear, GradientCheckConfig, _same_as_cpu({}, {}), 1, NOTEBOOK,
                status="partial",
-               note="linear-regression form only; the classification form (softmax, Adam, minibatches, EMAs) is not built yet"),
+               note="this page checks the linear-regression form; the classification form (softmax, Adam, minibatches, EMAs, JVP w-gradient) is implemented and unit-tested in gradalign.methods.lga but has no page or stored run yet"),
     Experiment("lga.prop1", proposition1, Prop1Config,
                _same_as_cpu({}, {"lambda_l": (0.5, 2.0), "lambda_u": (0.5, 2.0), "n_l": 5, "n_u": 4,
                                  "steps": 2_000, "record_every": 40}), 1, NOTEBOOK),
