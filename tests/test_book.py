@@ -30,16 +30,19 @@ def test_toc_lists_the_built_chapter():
 
 def test_library_closure_follows_imports():
     files = {p.name for p in library_closure("from gradalign.runner import load_or_run")}
-    assert {"runner.py", "results.py", "lga.py", "lga_linear.py", "config.py"} <= files
-    assert "fashion_mnist.py" not in files and "book.py" not in files
+    assert {"runner.py", "results.py", "lga.py", "lga_linear.py", "config.py", "isoloss.py", "siamese.py"} <= files
+    assert "book.py" not in files and "cli.py" not in files and "report.py" not in files
 
 
 def test_book_builds_and_second_build_executes_nothing(built):
     out, first, second = built
-    assert first["executed"] == ["notebooks/lga/01_linear_regression"]
-    assert second["executed"] == [] and second["skipped"] == ["notebooks/lga/01_linear_regression"]
+    notebooks = [f for f in toc_files(project_root()) if f.startswith("notebooks/")]
+    assert "notebooks/isoloss/02_toy_dynamics" in notebooks
+    assert first["executed"] == notebooks
+    assert second["executed"] == [] and second["skipped"] == notebooks
     html = out / "html"
-    for page in ("index.html", "book/lga/intro.html", "notebooks/lga/01_linear_regression.html", "book/report.html"):
+    for page in ("index.html", "book/lga/intro.html", "notebooks/lga/01_linear_regression.html", "book/report.html",
+                 "book/isoloss/intro.html", "notebooks/isoloss/03_deep_siamese.html"):
         assert (html / page).exists(), page
     report = (html / "book" / "report.html").read_text()
     for element_id in ELEMENTS:
