@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Iterator
 
+from gradalign.atomic import write_atomically
 from gradalign.config import config_digest
 from gradalign.environment import project_root
 
@@ -55,20 +55,11 @@ class ResultStore:
         return self._reject(path, problem) if problem else record
 
     def save(self, record: dict) -> Path:
-        path = self.path(record["id"], record["preset"], record["config_hash"])
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as handle:
-                json.dump(record, handle, indent=1, sort_keys=True)
-                handle.write("\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        def write(handle):
+            json.dump(record, handle, indent=1, sort_keys=True)
+            handle.write("\n")
+
+        return write_atomically(self.path(record["id"], record["preset"], record["config_hash"]), write)
 
     def files(self, element_id: str) -> list[Path]:
         folder = self.root / part_of(element_id) / element_id

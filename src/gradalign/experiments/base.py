@@ -25,6 +25,11 @@ class Experiment:
         return resolve(self.config, self.presets, preset, overrides)
 
 
+def same_as_cpu(cpu: dict, smoke: dict) -> dict[str, dict]:
+    """Presets of an experiment whose paper setting runs in full on the CPU: gpu and paper equal cpu."""
+    return {"smoke": smoke, "cpu": cpu, "gpu": cpu, "paper": cpu}
+
+
 def check(passed: bool, value: Any, rule: str, claim: str) -> dict:
     """One numeric check of an outcome: the measured value, the rule it must satisfy, and the claim."""
     return {"passed": bool(passed), "value": value, "rule": rule, "claim": claim}

@@ -13,14 +13,11 @@ from dataclasses import dataclass
 import torch
 
 from gradalign.config import Config, require
-from gradalign.experiments.base import Experiment, check, outcome
+from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
 
 NOTEBOOK = "notebooks/lga/01_linear_regression.ipynb"
 LAMBDAS = (0.25, 0.5, 1.0, 2.0, 4.0)
 
-
-def _same_as_cpu(cpu: dict, smoke: dict) -> dict[str, dict]:
-    return {"smoke": smoke, "cpu": cpu, "gpu": cpu, "paper": cpu}
 
 
 @dataclass(frozen=True)
@@ -259,17 +256,17 @@ def algorithm1_linear(cfg: GradientCheckConfig, device) -> dict:
 SMOKE_GRID = {"lambda_l": (0.5, 2.0), "lambda_u": (0.5, 2.0), "n_l": 5, "n_u": 4, "steps": 20_000, "record_every": 40}
 
 EXPERIMENTS = [
-    Experiment("lga.alg1", algorithm1_linear, GradientCheckConfig, _same_as_cpu({}, {}), 1, NOTEBOOK,
+    Experiment("lga.alg1", algorithm1_linear, GradientCheckConfig, same_as_cpu({}, {}), 1, NOTEBOOK,
                status="partial",
                note="this page checks the linear-regression form; the classification form (softmax, Adam, minibatches, EMAs, JVP w-gradient) is implemented and unit-tested in gradalign.methods.lga but has no page or stored run yet"),
     Experiment("lga.prop1", proposition1, Prop1Config,
-               _same_as_cpu({}, {"lambda_l": (0.5, 2.0), "lambda_u": (0.5, 2.0), "n_l": 5, "n_u": 4,
+               same_as_cpu({}, {"lambda_l": (0.5, 2.0), "lambda_u": (0.5, 2.0), "n_l": 5, "n_u": 4,
                                  "steps": 2_000, "record_every": 40}), 1, NOTEBOOK),
-    Experiment("lga.fig1", figure1, LinearLGAConfig, _same_as_cpu({}, SMOKE_GRID), 1, NOTEBOOK,
+    Experiment("lga.fig1", figure1, LinearLGAConfig, same_as_cpu({}, SMOKE_GRID), 1, NOTEBOOK,
                choices={"grid": "lambda^l, lambda^u in {0.25, 0.5, 1, 2, 4} (the paper does not state its grid)",
                         "n_u": "32 unlabeled points (not stated; it scales the imputed-label step as alpha_w lambda^u / n_u)",
                         "b": "(1/n_l) X_l^T y_l = 1 in every coordinate", "steps": "100,000 (long enough for every curve to reach 1)"}),
     Experiment("lga.prop2-3", propositions2_3, FixedPointConfig,
-               _same_as_cpu({}, {"m": 2, "n_l": 20, "n_u": 20, "steps": 5_000, "inits": 2, "record_every": 100,
+               same_as_cpu({}, {"m": 2, "n_l": 20, "n_u": 20, "steps": 5_000, "inits": 2, "record_every": 100,
                                  "alpha_theta": 1e-2, "alpha_w": 1e-2, "eps_norm": 1e-2}), 1, NOTEBOOK),
 ]

@@ -16,8 +16,6 @@ import copy
 import hashlib
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -26,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gradalign.atomic import write_atomically
 from gradalign.data.augment import SimCLRAugment, normalise
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.methods.directpred import DirectPredictor
@@ -343,17 +342,7 @@ def _fingerprint(s: SiameseSettings, device: torch.device, *tensors: torch.Tenso
 
 
 def _save_atomically(state: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(state, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda handle: torch.save(state, handle), binary=True)
 
 
 def _load_checkpoint(path: Path, fingerprint: str, s: SiameseSettings) -> dict:
