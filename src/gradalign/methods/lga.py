@@ -272,10 +272,11 @@ def raise_if_not_finite(method: str, step: int, diagnostics: dict[str, torch.Ten
 
 
 def lga_step(model: torch.nn.Module, state: LGAState, x_l: torch.Tensor, y_l: torch.Tensor,
-             x_u: torch.Tensor, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+             x_u: torch.Tensor, indices: torch.Tensor, extra_gradient=None) -> dict[str, torch.Tensor]:
     """One iteration of Algorithm 1; θ and w move simultaneously from the gradients at the same θ.
 
-    indices: the rows of w that the unlabeled minibatch x_u holds. The model runs in its current mode
+    indices: the rows of w that the unlabeled minibatch x_u holds. extra_gradient: optional
+    per-parameter tensors added to g_θ (LGA + VAT adds the VAT gradient, §4). The model runs in its current mode
     (use train() for Algorithm 1); BN running statistics move in the labeled and the unlabeled pass
     only. Returns scalar tensors (no host sync unless a finiteness check is due).
     """
@@ -317,6 +318,9 @@ def lga_step(model: torch.nn.Module, state: LGAState, x_l: torch.Tensor, y_l: to
     labeled_weight = float(s.labeled_weight(step))
     for p, gu, gl in zip(params, g_u, g_l):
         p.grad = gu + labeled_weight * gl if labeled_weight else gu
+    if extra_gradient is not None:
+        for p, g in zip(params, extra_gradient):
+            p.grad.add_(g)
     state.theta_optimizer.step()
     state.w.grad = torch.zeros_like(state.w).index_add_(0, indices, grad_w_rows)
     state.w_optimizer.step()

@@ -1,0 +1,207 @@
+"""LGA part, §3.2: the shells data set (Figure 2) and LGA against supervised Adam on it (Figures 3-4).
+
+Figures 3 and 4 come from the same trials; each trial is stored once under `_build/checkpoints`
+(keyed by the config), so whichever of the two runs first trains and the other reads it back, and an
+interrupted run resumes at the next trial. The data is float32 and small: it runs on the CPU whatever
+device is asked for (a GPU would mostly add latency to a 40k-parameter MLP).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import torch
+
+from gradalign.config import Config, require
+from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
+
+NOTEBOOK = "notebooks/lga/03_synthetic_shells.ipynb"
+STUDY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ShellsPlotConfig(Config):
+    d: int = 2
+    n: int = 2500
+
+    def validate(self) -> None:
+        super().validate()
+        require(self, "d", self.d >= 1, "must be >= 1")
+        require(self, "n", self.n >= 5, "must be >= 5")
+
+
+def shells_figure(cfg: ShellsPlotConfig, device) -> dict:
+    """Figure 2: the data set at d = 2, and the radial structure Eq. 14 prescribes."""
+    from gradalign.data.shells import N_CLASSES, sample_shells
+
+    x, y = sample_shells(cfg.n, cfg.d, torch.Generator().manual_seed(cfg.seed))
+    r = x.norm(dim=1)
+    allowed = torch.zeros(len(r), dtype=torch.bool)
+    for c in range(N_CLASSES):
+        lo, hi = float(c), float(c + 1)
+        inner = (r >= lo) & (r <= lo + 0.25)
+        outer = (r >= hi - 0.25) & (r <= hi)
+        ok = outer if c == 0 else inner if c == N_CLASSES - 1 else inner | outer
+        allowed |= (y == c) & ok
+    counts = torch.bincount(y, minlength=N_CLASSES).tolist()
+    # each boundary r = 1..4 has both neighbouring classes within 0.25 of it: the boundary crosses dense regions
+    mixed = [int(((r - k).abs() <= 0.25).sum()) for k in range(1, N_CLASSES)]
+    both = [bool(((y == k - 1) & ((r - k).abs() <= 0.25)).any() and ((y == k) & ((r - k).abs() <= 0.25)).any())
+            for k in range(1, N_CLASSES)]
+    checks = {
+        "radii_follow_eq14": check(bool(allowed.all()), int((~allowed).sum()), "points outside their class's radii = 0",
+                                   "each class c lies at the radii Eq. 14 gives it"),
+        "classes_balanced": check(min(counts) > 0.8 * cfg.n / N_CLASSES, counts, "every class > 80% of n/5",
+                                  "c ~ Discrete(1, ..., 5)"),
+        "boundaries_in_dense_regions": check(all(both), mixed, "both neighbours present within 0.25 of r = 1, 2, 3, 4",
+                                             "the optimal decision boundaries pass through regions of high density"),
+    }
+    curves = {"x": x[:, :2].tolist(), "y": y.tolist()}
+    return outcome(checks, {"class_counts": counts, "points_near_boundaries": mixed}, curves)
+
+
+@dataclass(frozen=True)
+class ShellsStudyConfig(Config):
+    d: int = 50
+    n: int = 5000  # labeled points
+    unlabeled_factor: int = 5  # n_u = 5n = 25,000
+    n_test: int = 5000  # our choice: the paper does not state the test set size
+    trials: int = 12  # cpu: as many as fit ~10 minutes on two cores (the paper: 25)
+    steps: int = 3000  # our choice; the paper does not state its iterations
+    batch: int = 128  # our choice
+    lr: float = 1e-3  # Adam's default, for both algorithms (α_θ); Figure 1's value
+    alpha_w: float = 1e-2  # our choice
+    eps_norm: float = 1e-3  # Figure 1's value
+    labeled_weight: float = 1.0  # T(i): our choice, constant 1
+    eval_every: int = 150
+    hessian_points: int = 2000  # test points whose Hessian gives q1 (our choice, for time)
+    lanczos_iters: int = 20
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("d", "n", "n_test", "trials", "steps", "batch", "eval_every", "hessian_points", "lanczos_iters"):
+            require(self, name, getattr(self, name) >= 1, "must be >= 1")
+        require(self, "unlabeled_factor", self.unlabeled_factor >= 1, "must be >= 1")
+        require(self, "hessian_points", self.hessian_points <= self.n_test, "must be <= n_test")
+        require(self, "eval_every", self.eval_every <= self.steps, "must be <= steps")
+        for name in ("lr", "alpha_w", "eps_norm"):
+            require(self, name, getattr(self, name) > 0, "must be > 0")
+        require(self, "labeled_weight", self.labeled_weight >= 0, "must be >= 0")
+
+
+def _trial(cfg: ShellsStudyConfig, k: int) -> dict:
+    """Both algorithms on trial k's data set (seed + k); read back from its checkpoint when stored."""
+    from gradalign.atomic import write_atomically
+    from gradalign.data.shells import make_shells
+    from gradalign.environment import project_root
+    from gradalign.training.shells import TrialSettings, shells_trial
+
+    path = project_root() / "_build" / "checkpoints" / "lga.shells" / cfg.digest(STUDY_VERSION) / f"trial{k}.json"
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            path.unlink()
+    seed = cfg.seed + k
+    data = make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
+    settings = TrialSettings(steps=cfg.steps, batch=cfg.batch, lr=cfg.lr, alpha_w=cfg.alpha_w, eps_norm=cfg.eps_norm,
+                             labeled_weight=cfg.labeled_weight, eval_every=cfg.eval_every,
+                             hessian_points=cfg.hessian_points, lanczos_iters=cfg.lanczos_iters)
+    out = {method: shells_trial(data, method, settings, seed) for method in ("supervised", "lga")}
+    write_atomically(path, lambda h: json.dump(out, h))
+    return out
+
+
+def _mean_std(rows: list[list[float]]) -> tuple[list[float], list[float]]:
+    t = torch.tensor(rows, dtype=torch.float64)
+    return t.mean(0).tolist(), (t.std(0) if len(rows) > 1 else torch.zeros(t.shape[1], dtype=torch.float64)).tolist()
+
+
+def shells_study(cfg: ShellsStudyConfig) -> tuple[dict, dict]:
+    """(curves: per method, mean and std over trials of every curve; raw per-trial finals)."""
+    from gradalign.progress import progress
+
+    trials = [_trial(cfg, k) for k in progress(range(cfg.trials), desc="shells trials")]
+    curves = {"step": trials[0]["supervised"]["step"]}
+    finals = {}
+    for method in ("supervised", "lga"):
+        for name in trials[0][method]:
+            if name == "step" or name.startswith("final_"):
+                continue
+            mean, std = _mean_std([t[method][name] for t in trials])
+            curves[f"{method}/{name}/mean"], curves[f"{method}/{name}/std"] = mean, std
+        finals[method] = {name: [t[method][name][0] for t in trials] for name in ("final_test_accuracy", "final_test_loss")}
+    return curves, finals
+
+
+def _paired_wins(a: list[float], b: list[float]) -> int:
+    return sum(x > y for x, y in zip(a, b))
+
+
+def figure3(cfg: ShellsStudyConfig, device) -> dict:
+    """Figure 3: the alignment (Eq. 13) of each algorithm's updates over training."""
+    curves, _ = shells_study(cfg)
+    lga, sup = curves["lga/alignment/mean"], curves["supervised/alignment/mean"]
+    later = slice(1, None)  # step 0 is the same network for both
+    mean_lga = sum(lga[later]) / len(lga[later])
+    mean_sup = sum(sup[later]) / len(sup[later])
+    above = sum(a > b for a, b in zip(lga[later], sup[later]))
+    metrics = {"mean_alignment": {"lga": mean_lga, "supervised": mean_sup}, "steps_lga_above": above,
+               "evaluations": len(lga) - 1, "trials": cfg.trials}
+    checks = {
+        "lga_alignment_larger": check(mean_lga > mean_sup, metrics["mean_alignment"],
+                                      "mean alignment over training (after step 0), LGA > supervised",
+                                      "the alignment is larger when using LGA compared to the supervised baseline"),
+        "lga_larger_most_of_training": check(above >= 0.75 * (len(lga) - 1), f"{above} of {len(lga) - 1}",
+                                             "LGA's mean above supervised's at >= 75% of the evaluations",
+                                             "Figure 3: LGA's curve lies above the baseline's over training"),
+    }
+    return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
+
+
+def figure4(cfg: ShellsStudyConfig, device) -> dict:
+    """Figure 4: test accuracy and loss, LGA against supervised Adam, at the end of training and at their best."""
+    curves, finals = shells_study(cfg)
+    lga, sup = finals["lga"], finals["supervised"]
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    metrics = {
+        "final_test_accuracy": {"lga": mean(lga["final_test_accuracy"]), "supervised": mean(sup["final_test_accuracy"])},
+        "final_test_loss": {"lga": mean(lga["final_test_loss"]), "supervised": mean(sup["final_test_loss"])},
+        "best_test_accuracy": {m: max(curves[f"{m}/test_accuracy/mean"]) for m in ("lga", "supervised")},
+        "best_test_loss": {m: min(curves[f"{m}/test_loss/mean"]) for m in ("lga", "supervised")},
+        "trials_lga_better_loss": _paired_wins(sup["final_test_loss"], lga["final_test_loss"]),
+        "trials_lga_better_accuracy": _paired_wins(lga["final_test_accuracy"], sup["final_test_accuracy"]),
+        "trials": cfg.trials,
+    }
+    checks = {
+        "lga_lower_test_loss": check(metrics["final_test_loss"]["lga"] < metrics["final_test_loss"]["supervised"],
+                                     metrics["final_test_loss"], "mean final test loss, LGA < supervised",
+                                     "LGA improves the test loss over the supervised baseline"),
+        "lga_higher_test_accuracy": check(
+            metrics["final_test_accuracy"]["lga"] > metrics["final_test_accuracy"]["supervised"],
+            metrics["final_test_accuracy"], "mean final test accuracy, LGA > supervised",
+            "LGA improves the test accuracy over the supervised baseline"),
+        "lga_higher_best_accuracy": check(
+            metrics["best_test_accuracy"]["lga"] > metrics["best_test_accuracy"]["supervised"],
+            metrics["best_test_accuracy"], "best mean test accuracy over training, LGA > supervised",
+            "with early stopping (§3.1), LGA's best accuracy beats the baseline's"),
+    }
+    return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
+
+
+STUDY_SMOKE = {"d": 10, "n": 200, "n_test": 300, "trials": 2, "steps": 60, "eval_every": 20, "hessian_points": 300,
+               "lanczos_iters": 8, "batch": 32}
+STUDY_PRESETS = {"smoke": STUDY_SMOKE, "cpu": {}, "gpu": {"trials": 25}, "paper": {"trials": 25}}
+STUDY_CHOICES = {
+    "optimisation": "Adam (lr 1e-3, batch 128) for both; LGA: alpha_w 1e-2, eps_norm 1e-3, T(i) = 1; 3,000 steps",
+    "test set": "5,000 test points; the Hessian for q1 uses the first 2,000 (Lanczos, 20 steps)",
+    "alignment": "Eq. 13 between q1 at theta_t and the update theta_{t+1} - theta_t, every 150 steps",
+    "trials": "cpu: 12 trials (about 10 minutes); gpu and paper: 25 as in the paper",
+}
+
+EXPERIMENTS = [
+    Experiment("lga.fig2", shells_figure, ShellsPlotConfig, same_as_cpu({}, {"n": 500}), 1, NOTEBOOK),
+    Experiment("lga.fig3", figure3, ShellsStudyConfig, STUDY_PRESETS, STUDY_VERSION, NOTEBOOK, choices=STUDY_CHOICES),
+    Experiment("lga.fig4", figure4, ShellsStudyConfig, STUDY_PRESETS, STUDY_VERSION, NOTEBOOK, choices=STUDY_CHOICES),
+]

@@ -1,0 +1,1 @@
+"""Training loops shared by several methods."""
