@@ -1,79 +1,18 @@
-"""Cost of one LGA step (Algorithm 1) against one Pseudo-Label step, and of the JVP w-gradient against
-its double-backward reference, on a small CNN with BatchNorm. Prints one JSON dict; stores nothing.
+"""Cost of one LGA step against one Pseudo-Label step, and of the JVP w-gradient against its
+double-backward reference (`gradalign.analysis.lga_cost`). Prints one JSON dict. The stored,
+book-facing measurement is part of the `lga.alg1` record (`gradalign run lga.alg1`).
 
     python benchmarks/lga_step.py [--device cpu|cuda] [--threads N] [--repeats 30]
-
-Times: median over `repeats` after `warmup` calls, LGA and Pseudo-Label interleaved so that machine
-load drifts hit both alike. Peak memory above the starting point: torch.cuda.max_memory_allocated on
-CUDA; on CPU, the running sum of the allocation/free events recorded by torch.profiler
-(profile_memory=True), read back from its Chrome trace.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
-import tempfile
-import time
-import warnings
 
 import torch
-import torch.nn as nn
 
-from gradalign.methods.lga import (LGASettings, double_backward_label_gradient, flat, init_lga,
-                                   jvp_label_gradient, lga_step, unlabeled_gradient)
-from gradalign.methods.pseudo_label import PseudoLabelSettings, init_pseudo_label, pseudo_label_step
-
-warnings.filterwarnings("ignore", message=".*torch.jit.script.*is deprecated")  # torch's JVP decompositions
-
-
-def small_cnn(width: int, classes: int = 10) -> nn.Module:
-    """Three conv stages (width, 2·width, 4·width), BN + leaky ReLU 0.1, max pools, global pool, linear."""
-    layers, c_in = [], 3
-    for c_out in (width, 2 * width, 4 * width):
-        layers += [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.LeakyReLU(0.1),
-                   nn.Conv2d(c_out, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.LeakyReLU(0.1),
-                   nn.MaxPool2d(2)]
-        c_in = c_out
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(c_in, classes))
-
-
-def timed(fn, device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
-
-
-def peak_bytes(fn, device: torch.device) -> int:
-    """Peak bytes allocated while `fn` runs, above what was allocated when it started."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        start = torch.cuda.memory_allocated(device)
-        fn()
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - start
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "trace.json")
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            events = [e for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e["ts"]):
-        if event["args"].get("Device Type", 0) == 0:  # CPU
-            live += event["args"]["Bytes"]
-            peak = max(peak, live)
-    return peak
+from gradalign.analysis.lga_cost import measure_lga_cost
 
 
 def main() -> None:
@@ -89,65 +28,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    torch.manual_seed(0)
-
-    def batch(n):
-        return torch.randn(n, 3, args.image, args.image, device=device)
-
-    x_l, y_l, x_u = batch(args.batch), torch.randint(0, 10, (args.batch,), device=device), batch(args.batch)
-    indices = torch.randint(0, args.n_unlabeled, (args.batch,))
-    lga_model, pl_model = small_cnn(args.width).to(device).train(), small_cnn(args.width).to(device).train()
-    lga_state = init_lga(lga_model, args.n_unlabeled, 10, LGASettings(check_every=0))
-    pl_state = init_pseudo_label(pl_model, PseudoLabelSettings(check_every=0))
-
-    def run_lga():
-        lga_step(lga_model, lga_state, x_l, y_l, x_u, indices)
-
-    def run_pl():
-        pseudo_label_step(pl_model, pl_state, x_l, y_l, x_u, indices)
-
-    # The w-gradient alone, both ways, from the same θ, y_u, EMA(g_ℓ) and normalizer.
-    y_u = torch.softmax(torch.randn(args.batch, 10, device=device), -1)
-    p = sum(q.numel() for q in lga_model.parameters())
-    target = 1e-2 * torch.randn(p, device=device)
-    normalizer = 1.0 / (1e-3 + torch.rand(p, device=device))
-
-    def run_jvp():
-        _, g_u, snapshot = unlabeled_gradient(lga_model, x_u, y_u, "classification")
-        return jvp_label_gradient(lga_model, x_u, normalizer * (target - flat(g_u)), "classification", snapshot)
-
-    def run_double_backward():
-        return double_backward_label_gradient(lga_model, x_u, y_u, target, normalizer, "classification")
-
-    gap = (run_jvp() - run_double_backward()).abs().max().item()
-    times = {name: [] for name in ("lga", "pl", "jvp", "double_backward")}
-    calls = {"lga": run_lga, "pl": run_pl, "jvp": run_jvp, "double_backward": run_double_backward}
-    for i in range(args.warmup + args.repeats):
-        for name, fn in calls.items():
-            t = timed(fn, device)
-            if i >= args.warmup:
-                times[name].append(t)
-    median = {name: statistics.median(ts) for name, ts in times.items()}
-    memory = {name: peak_bytes(calls[name], device) for name in ("jvp", "double_backward")}
-
-    print(json.dumps({
-        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "model": f"small CNN, widths {args.width}/{2 * args.width}/{4 * args.width}, 6 conv + BN, {p} parameters",
-        "input": [3, args.image, args.image],
-        "batch_labeled": args.batch, "batch_unlabeled": args.batch, "n_unlabeled": args.n_unlabeled,
-        "repeats": args.repeats, "warmup": args.warmup,
-        "median_ms": {name: round(1e3 * t, 3) for name, t in median.items()},
-        "lga_over_pseudo_label": round(median["lga"] / median["pl"], 3),
-        "jvp_over_double_backward_time": round(median["jvp"] / median["double_backward"], 3),
-        "peak_bytes": memory,
-        "jvp_over_double_backward_memory": round(memory["jvp"] / memory["double_backward"], 3),
-        "memory_method": "torch.cuda.max_memory_allocated" if device.type == "cuda"
-        else "torch.profiler profile_memory: running sum of [memory] events",
-        "max_abs_gap_jvp_vs_double_backward": gap,
-    }, indent=1))
+    print(json.dumps(measure_lga_cost(args.device, args.width, args.batch, args.n_unlabeled, args.image,
+                                      args.warmup, args.repeats), indent=1))
 
 
 if __name__ == "__main__":
