@@ -9,6 +9,7 @@ CUDA; on CPU, the running sum of the allocation/free events recorded by torch.pr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -47,6 +48,19 @@ def timed(fn, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (the profiler's C++ start/stop lines), restoring it afterwards."""
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def peak_bytes(fn, device: torch.device) -> int:
     """Peak bytes allocated while `fn` runs, above what was allocated when it started."""
     if device.type == "cuda":
@@ -58,7 +72,7 @@ def peak_bytes(fn, device: torch.device) -> int:
         return torch.cuda.max_memory_allocated(device) - start
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "trace.json")

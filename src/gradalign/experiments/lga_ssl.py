@@ -218,7 +218,9 @@ def _figure(paper_dataset: str):
     def run(cfg: SSLBenchConfig, device) -> dict:
         table = sweep(cfg, device)
         curves = {m: table[m].pop("curves") for m in table}
-        return outcome(_figure_checks(table, cfg.labels), {"table": table, "dataset": cfg.dataset}, curves,
+        seconds = sum(s["train_seconds"] for row in table.values() for s in row["by_labels"].values())
+        return outcome(_figure_checks(table, cfg.labels), {"table": table, "dataset": cfg.dataset,
+                                                           "train_seconds": seconds}, curves,
                        scope=_scope(cfg, paper_dataset))
     run.__doc__ = f"Error and test loss against the number of labels ({paper_dataset} in the paper)."
     return run
@@ -255,7 +257,8 @@ def table1(cfg: TableConfig, device) -> dict:
             "on SVHN with 1000 labels VAT+EntMin is best (5.35); LGA (7.56) trails the consistency methods")
     scope = "exact" if all(c[0] != "fashion_mnist" for c in cfg.columns) and _scope(cfg, cfg.columns[0][0]) == "exact" \
         else "reduced"
-    return outcome(checks, {"columns": columns}, {}, scope=scope)
+    seconds = sum(v["train_seconds"] for col in columns.values() for v in col.values())
+    return outcome(checks, {"columns": columns, "train_seconds": seconds}, {}, scope=scope)
 
 
 CPU = {}
