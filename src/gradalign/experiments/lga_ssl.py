@@ -65,15 +65,16 @@ class SSLBenchConfig(Config):
 
 @dataclass(frozen=True)
 class TableConfig(SSLBenchConfig):
-    """Table 1: (data set, family, labels) per column; `dataset`/`families`/`labels` are unused."""
+    """Table 1: (data set, family, labels, validation size) per column; `dataset`, `families`, `labels` and
+    `n_validation` are unused."""
 
-    columns: tuple = (("fashion_mnist", "cifar", 4000), ("fashion_mnist", "svhn", 1000))
+    columns: tuple = (("fashion_mnist", "cifar", 4000, 2000), ("fashion_mnist", "svhn", 1000, 2000))
     methods: tuple = TABLE_METHODS
 
     def validate(self) -> None:
         super().validate()
-        require(self, "columns", len(self.columns) >= 1 and all(len(c) == 3 for c in self.columns),
-                "must be (dataset, family, labels) triples")
+        require(self, "columns", len(self.columns) >= 1 and all(len(c) == 4 for c in self.columns),
+                "must be (dataset, family, labels, n_validation) tuples")
 
 
 def _model(cfg: SSLBenchConfig, num_classes: int, channels: int) -> torch.nn.Module:
@@ -231,8 +232,8 @@ def table1(cfg: TableConfig, device) -> dict:
     from dataclasses import replace
 
     columns = {}
-    for dataset, family, n in cfg.columns:
-        sub = replace(cfg, dataset=dataset, families=(family,), labels=(n,))
+    for dataset, family, n, n_validation in cfg.columns:
+        sub = replace(cfg, dataset=dataset, families=(family,), labels=(n,), n_validation=n_validation)
         table = sweep(sub, device)
         columns[f"{dataset}/{family}/{n}"] = {m: {k: v for k, v in table[m]["by_labels"][str(n)].items()}
                                               for m in cfg.methods}
@@ -301,10 +302,10 @@ EXPERIMENTS = [
                note="Fashion-MNIST, the paper's own data; each method takes the better of the CIFAR-10 and SVHN "
                     "hyperparameter sets by validation error, as the paper did", choices=CHOICES),
     Experiment("lga.tab1", table1, TableConfig,
-               {"smoke": {**SMOKE, "columns": (("fashion_mnist", "cifar", 100), ("fashion_mnist", "svhn", 50))},
-                "cpu": CPU, "gpu": {**GPU, "columns": (("fashion_mnist", "cifar", 4000), ("fashion_mnist", "svhn", 1000))},
+               {"smoke": {**SMOKE, "columns": (("fashion_mnist", "cifar", 100, 200), ("fashion_mnist", "svhn", 50, 200))},
+                "cpu": CPU, "gpu": {**GPU, "columns": (("fashion_mnist", "cifar", 4000, 5000), ("fashion_mnist", "svhn", 1000, 5000))},
                 "paper": {**_paper("cifar10", (4000,), 5000, ("cifar",)),
-                          "columns": (("cifar10", "cifar", 4000), ("svhn", "svhn", 1000))}},
+                          "columns": (("cifar10", "cifar", 4000, 5000), ("svhn", "svhn", 1000, 7326))}},
                RUN_VERSION, NOTEBOOK, uses_accelerator=True,
                note="cpu/gpu: both columns on Fashion-MNIST, with the CIFAR-10 set at 4000 labels and the SVHN set at "
                     "1000 labels", choices=CHOICES),
