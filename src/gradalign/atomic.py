@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -22,3 +23,22 @@ def write_atomically(path: Path, write: Callable[[IO], None], binary: bool = Fal
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def save_torch(path: Path, state) -> Path:
+    """torch.save `state` to `path` atomically (checkpoints)."""
+    import torch
+
+    return write_atomically(path, lambda handle: torch.save(state, handle), binary=True)
+
+
+def json_cached(path: Path, compute: Callable[[], object]):
+    """The JSON stored at `path`, else `compute()` stored there atomically; an unreadable file is recomputed."""
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            path.unlink()
+    value = compute()
+    write_atomically(path, lambda handle: json.dump(value, handle))
+    return value

@@ -109,7 +109,7 @@ def _data(cfg: SSLBenchConfig, dataset: str, n_labeled: int, seed: int, device):
 
 def ssl_run(cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_labeled: int, seed: int, device) -> dict:
     """One training run, from the run store when it is there."""
-    from gradalign.atomic import write_atomically
+    from gradalign.atomic import json_cached
     from gradalign.data.image_sets import image_set_info
     from gradalign.environment import project_root
     from gradalign.training.ssl import Schedule, oliver_settings, train_ssl
@@ -120,20 +120,17 @@ def ssl_run(cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_label
                         eval_every=cfg.eval_every)
     folder = project_root() / "_build" / "checkpoints" / "lga.ssl"
     key = run_key(cfg, dataset, settings, n_labeled, seed, schedule)
-    path = folder / f"{key}.json"
-    if path.exists():
-        try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            path.unlink()
-    data = _data(cfg, dataset, n_labeled, seed, device)
-    info = image_set_info(dataset)
-    torch.manual_seed(seed)
-    model = _model(cfg, info.num_classes, info.channels).to(device)
-    out = train_ssl(model, settings, schedule, data, seed, checkpoint=folder / f"{key}.pt")
-    out.update(family=family, dataset=dataset, labels=n_labeled, data=data.description)
-    write_atomically(path, lambda h: json.dump(out, h))
-    return out
+
+    def train() -> dict:
+        data = _data(cfg, dataset, n_labeled, seed, device)
+        info = image_set_info(dataset)
+        torch.manual_seed(seed)
+        model = _model(cfg, info.num_classes, info.channels).to(device)
+        out = train_ssl(model, settings, schedule, data, seed, checkpoint=folder / f"{key}.pt")
+        out.update(family=family, dataset=dataset, labels=n_labeled, data=data.description)
+        return out
+
+    return json_cached(folder / f"{key}.json", train)
 
 
 def _unique_settings_families(methods, families) -> list[tuple[str, str]]:

@@ -8,7 +8,6 @@ device is asked for (a GPU would mostly add latency to a 40k-parameter MLP).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import torch
@@ -92,25 +91,22 @@ class ShellsStudyConfig(Config):
 
 def _trial(cfg: ShellsStudyConfig, k: int) -> dict:
     """Both algorithms on trial k's data set (seed + k); read back from its checkpoint when stored."""
-    from gradalign.atomic import write_atomically
+    from gradalign.atomic import json_cached
     from gradalign.data.shells import make_shells
     from gradalign.environment import project_root
     from gradalign.training.shells import TrialSettings, shells_trial
 
     path = project_root() / "_build" / "checkpoints" / "lga.shells" / cfg.digest(STUDY_VERSION) / f"trial{k}.json"
-    if path.exists():
-        try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            path.unlink()
-    seed = cfg.seed + k
-    data = make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
-    settings = TrialSettings(steps=cfg.steps, batch=cfg.batch, lr=cfg.lr, alpha_w=cfg.alpha_w, eps_norm=cfg.eps_norm,
-                             labeled_weight=cfg.labeled_weight, eval_every=cfg.eval_every,
-                             hessian_points=cfg.hessian_points, lanczos_iters=cfg.lanczos_iters)
-    out = {method: shells_trial(data, method, settings, seed) for method in ("supervised", "lga")}
-    write_atomically(path, lambda h: json.dump(out, h))
-    return out
+
+    def train() -> dict:
+        seed = cfg.seed + k
+        data = make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
+        settings = TrialSettings(steps=cfg.steps, batch=cfg.batch, lr=cfg.lr, alpha_w=cfg.alpha_w,
+                                 eps_norm=cfg.eps_norm, labeled_weight=cfg.labeled_weight, eval_every=cfg.eval_every,
+                                 hessian_points=cfg.hessian_points, lanczos_iters=cfg.lanczos_iters)
+        return {method: shells_trial(data, method, settings, seed) for method in ("supervised", "lga")}
+
+    return json_cached(path, train)
 
 
 def _mean_std(rows: list[list[float]]) -> tuple[list[float], list[float]]:

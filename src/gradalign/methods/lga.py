@@ -37,6 +37,16 @@ def no_labeled_gradient(step: int) -> float:
     return 0.0
 
 
+class ConstantWeight:
+    """T(i) = c for every i (picklable, unlike a lambda)."""
+
+    def __init__(self, c: float):
+        self.c = c
+
+    def __call__(self, step: int) -> float:
+        return self.c
+
+
 @dataclass(frozen=True)
 class LGASettings:
     """Every hyperparameter of Algorithm 1. The paper states only Figure 1's α_θ = α_w = ε_norm = 1e-3."""

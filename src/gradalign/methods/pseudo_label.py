@@ -53,6 +53,13 @@ def rampup(step: int, rampup_steps: int) -> float:
     return math.exp(-5.0 * (1.0 - step / rampup_steps) ** 2)
 
 
+def pseudo_label_terms(logits_u: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(per-example CE to the argmax where the top probability reaches `threshold`, else 0; the mask)."""
+    confidence, target = torch.softmax(logits_u.detach(), dim=-1).max(dim=-1)
+    mask = (confidence >= threshold).to(logits_u.dtype)
+    return mask * F.cross_entropy(logits_u, target, reduction="none"), mask
+
+
 def init_pseudo_label(model: torch.nn.Module, settings: PseudoLabelSettings = PseudoLabelSettings()
                       ) -> PseudoLabelState:
     params = [p for p in model.parameters() if p.requires_grad]
@@ -72,9 +79,8 @@ def pseudo_label_step(model: torch.nn.Module, state: PseudoLabelState, x_l: torc
     logits = model(torch.cat([x_l, x_u]))
     logits_l, logits_u = logits[:n_l], logits[n_l:]
     loss_l = F.cross_entropy(logits_l, y_l, reduction="sum") / batch
-    confidence, target = torch.softmax(logits_u.detach(), dim=-1).max(dim=-1)
-    mask = (confidence >= s.threshold).to(logits.dtype)
-    loss_u = (mask * F.cross_entropy(logits_u, target, reduction="none")).sum() / batch
+    terms, mask = pseudo_label_terms(logits_u, s.threshold)
+    loss_u = terms.sum() / batch
     loss = loss_l + s.weight * rampup(step, s.rampup_steps) * loss_u
     diagnostics = {"loss": loss.detach(), "loss_labeled": loss_l.detach(), "loss_unlabeled": loss_u.detach(),
                    "mask_rate": mask.mean()}

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradalign.atomic import write_atomically
+from gradalign.atomic import save_torch
 from gradalign.data.augment import SimCLRAugment, normalise
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.methods.directpred import DirectPredictor
@@ -341,10 +341,6 @@ def _fingerprint(s: SiameseSettings, device: torch.device, *tensors: torch.Tenso
     return digest.hexdigest()[:16]
 
 
-def _save_atomically(state: dict, path: Path) -> None:
-    write_atomically(path, lambda handle: torch.save(state, handle), binary=True)
-
-
 def _load_checkpoint(path: Path, fingerprint: str, s: SiameseSettings) -> dict:
     state = torch.load(path, map_location="cpu", weights_only=True)
     if state.get("fingerprint") != fingerprint:
@@ -417,8 +413,8 @@ def train_siamese(train_images, train_labels, test_images, test_labels, settings
                 record["curves"][name].append(values[name])
             bar.set_postfix(loss=f"{loss:.3f}", readout=f"{values['readout_test_acc']:.3f}")
             if path is not None:
-                _save_atomically({"fingerprint": fingerprint, "settings": asdict(s), "run": run.state_dict(),
-                                  "record": record}, path)
+                save_torch(path, {"fingerprint": fingerprint, "settings": asdict(s), "run": run.state_dict(),
+                                  "record": record})
             done, elapsed = epoch + 1 - start_epoch, time.perf_counter() - begun
             next_end = elapsed * (done + 1) / done  # expected time once another epoch is done
             if done == max_epochs_this_call or (time_limit_s is not None and next_end > time_limit_s):

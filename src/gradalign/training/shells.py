@@ -18,7 +18,7 @@ from torch import nn
 from gradalign.analysis.hessian import alignment, model_hessian_top_eigenvector
 from gradalign.data.shells import N_CLASSES, ShellsData
 from gradalign.errors import ConfigError
-from gradalign.methods.lga import LGASettings, adam, flat, init_lga, lga_step
+from gradalign.methods.lga import ConstantWeight, LGASettings, adam, flat, init_lga, lga_step
 from gradalign.training.streams import IndexStream
 
 METHODS = ("supervised", "lga")
@@ -52,16 +52,6 @@ class TrialSettings:
             raise ConfigError("steps, batch, eval_every, hessian_points and lanczos_iters must be >= 1")
         if min(self.lr, self.alpha_w, self.eps_norm, self.labeled_weight) < 0:
             raise ConfigError("lr, alpha_w, eps_norm and labeled_weight must be >= 0")
-
-
-class ConstantWeight:
-    """T(i) = c for every i (picklable, unlike a lambda)."""
-
-    def __init__(self, c: float):
-        self.c = c
-
-    def __call__(self, step: int) -> float:
-        return self.c
 
 
 @torch.no_grad()

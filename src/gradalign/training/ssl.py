@@ -15,7 +15,6 @@ Methods (`METHODS`): Supervised, Pseudo-Label, Π-Model, Mean Teacher (EMA teach
 from __future__ import annotations
 
 import copy
-import io
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -25,13 +24,13 @@ import torch
 import torch.nn.functional as F
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
-from gradalign.atomic import write_atomically
+from gradalign.atomic import save_torch
 from gradalign.data.ssl_data import SSLData
 from gradalign.training.streams import IndexStream
 from gradalign.errors import ConfigError
 from gradalign.methods import consistency
-from gradalign.methods.lga import LGASettings, adam, init_lga, lga_step, raise_if_not_finite
-from gradalign.methods.pseudo_label import rampup
+from gradalign.methods.lga import ConstantWeight, LGASettings, adam, init_lga, lga_step, raise_if_not_finite
+from gradalign.methods.pseudo_label import pseudo_label_terms, rampup
 
 METHODS = ("supervised", "pseudo_label", "pi_model", "mean_teacher", "vat", "vat_entmin", "lga", "lga_vat")
 TITLES = {"supervised": "Supervised", "pseudo_label": "Pseudo-Label", "pi_model": "Π-Model",
@@ -39,11 +38,6 @@ TITLES = {"supervised": "Supervised", "pseudo_label": "Pseudo-Label", "pi_model"
           "lga_vat": "LGA + VAT"}
 FAMILIES = ("cifar", "svhn")
 CHECKPOINT_FORMAT = 1
-
-
-def full_labeled_gradient(step: int) -> float:
-    """T(i) = 1: θ trains on g_u + g_ℓ (our choice; the paper does not state its schedule)."""
-    return 1.0
 
 
 @dataclass(frozen=True)
@@ -140,7 +134,7 @@ class SSLTrainer:
         self.lga = None
         if settings.method in ("lga", "lga_vat"):
             lga = LGASettings(alpha_theta=settings.lr, alpha_w=settings.lga_alpha_w, eps_norm=settings.lga_eps_norm,
-                              labeled_weight=full_labeled_gradient, check_every=0)
+                              labeled_weight=ConstantWeight(1.0), check_every=0)  # T(i) = 1: our choice
             self.lga = init_lga(model, len(data.x_unlabeled), data.num_classes, lga)
             self.optimizer = self.lga.theta_optimizer
         else:
@@ -189,9 +183,7 @@ class SSLTrainer:
             logits = model(torch.cat([self.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
             logits_l, logits_u = logits[:len(x_l)], logits[len(x_l):]
             if m == "pseudo_label":
-                confidence, target = torch.softmax(logits_u.detach(), -1).max(-1)
-                mask = (confidence >= self.s.threshold).to(logits_u.dtype)
-                unlabeled = (mask * F.cross_entropy(logits_u, target, reduction="none")).sum()
+                unlabeled = pseudo_label_terms(logits_u, self.s.threshold)[0].sum()
             elif m == "pi_model":
                 with consistency.frozen_bn_stats(model):
                     second = model(self.augment(x_u))
@@ -260,12 +252,6 @@ def _fingerprint(settings: MethodSettings, schedule: Schedule, seed: int, data: 
             "data_sum": float(data.x_labeled.double().sum())}
 
 
-def _save(path: Path, state: dict) -> None:
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    write_atomically(path, lambda handle: handle.write(buffer.getvalue()), binary=True)
-
-
 def train_ssl(model: torch.nn.Module, settings: MethodSettings, schedule: Schedule, data: SSLData, seed: int,
               checkpoint: Path | str | None = None, progress_bar=None) -> dict:
     """Train `model` in place; return the history and the test metrics at the best validation error.
@@ -318,7 +304,7 @@ def train_ssl(model: torch.nn.Module, settings: MethodSettings, schedule: Schedu
                 best = {"val_error": val_error, "step": step, "state": copy.deepcopy(model.state_dict())}
         if path is not None and (step % every == 0) and step < schedule.steps:
             now = time.perf_counter()
-            _save(path, {"fingerprint": fingerprint, "trainer": trainer.state_dict(), "labeled": labeled.state_dict(),
+            save_torch(path, {"fingerprint": fingerprint, "trainer": trainer.state_dict(), "labeled": labeled.state_dict(),
                          "unlabeled": unlabeled.state_dict(), "rng": torch.get_rng_state(), "history": history,
                          "best": best, "step": step, "elapsed": elapsed + now - tick})
         if progress_bar is not None:
