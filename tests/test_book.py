@@ -51,6 +51,8 @@ def test_book_builds_and_second_build_executes_nothing(built):
     chapter = (html / "notebooks" / "lga" / "01_linear_regression.html").read_text()
     for launcher in ("colab.research.google.com", "mybinder.org"):  # launch buttons open the source notebook
         assert launcher in chapter and "notebooks/lga/01_linear_regression.ipynb" in chapter
+    # the page shows the preset papermill injected, not the notebook's default beside it
+    assert "Parameters" in chapter and "the largest stored record (paper &gt; gpu &gt; cpu)" not in chapter
 
 
 def test_chromium_renders_the_chapter(built, tmp_path):

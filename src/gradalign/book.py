@@ -141,7 +141,22 @@ def execute(notebook: Path, target: Path, preset: str) -> None:
             os.environ.pop("GRADALIGN_BATCH")
         else:
             os.environ["GRADALIGN_BATCH"] = previous
+    _hide_default_parameters(tmp)
     tmp.replace(target)
+
+
+def _hide_default_parameters(path: Path) -> None:
+    """Papermill adds an `injected-parameters` cell after the `parameters` cell; the page shows only the one in force."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    tags = [set(cell.get("metadata", {}).get("tags", [])) for cell in nb.cells]
+    if not any("injected-parameters" in t for t in tags):
+        return
+    for cell, cell_tags in zip(nb.cells, tags):
+        if "parameters" in cell_tags and "remove-cell" not in cell_tags:
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), "remove-cell"]
+    nbformat.write(nb, path)
 
 
 def build_book(preset: str = "auto", out: str | Path = "_build", force: bool = False,

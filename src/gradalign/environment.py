@@ -33,7 +33,8 @@ def hardware(device) -> str:
 
     if getattr(device, "type", str(device)) == "cuda":
         return f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
-    return f"CPU: {cpu_name()}, {torch.get_num_threads()} threads of {os.cpu_count()} cores"
+    threads = torch.get_num_threads()
+    return f"CPU: {cpu_name()}, {threads} thread{'s' if threads != 1 else ''} of {os.cpu_count()} cores"
 
 
 def git_commit() -> str:
