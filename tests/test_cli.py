@@ -39,3 +39,15 @@ def test_run_imports_without_the_book_toolchain(tmp_path):
     env = {**os.environ, "GRADALIGN_RESULTS": str(tmp_path)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_run_works_without_tqdm(tmp_path):
+    """A GPU machine may lack tqdm: progress bars fall back to silence, the run still completes."""
+    code = ("import sys; sys.modules['tqdm'] = None; from gradalign.cli import main; "
+            "from gradalign.progress import progress; "
+            "assert list(progress(range(3))) == [0, 1, 2]; "
+            "bar = progress(None, total=2).__enter__(); bar.update(1); bar.set_postfix(loss='1'); "
+            "assert main(['run', 'lga.fig1', '--preset', 'smoke']) == 0")
+    env = {**os.environ, "GRADALIGN_RESULTS": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
