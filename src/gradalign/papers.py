@@ -18,6 +18,7 @@ LGA_TABLE1 = {
     "Pseudo-Label": {"cifar10_4000": (17.78, 0.57), "svhn_1000": (7.62, 0.29)},
     "Supervised": {"cifar10_4000": (20.26, 0.38), "svhn_1000": (12.83, 0.47)},
 }
+LGA_TABLE1_TRIALS = 5
 
 LGA_FIGURE1 = {
     # §3.1 and Figure 1's caption: hyperparameters, and the claims the figure supports.
@@ -37,6 +38,7 @@ ISOLOSS_TABLE1 = {
     "L": {"cifar10_ema": (74.0, 0.6), "cifar10_no_ema": (59.9, 2.1), "stl10_ema": (63.8, 1.2), "stl10_no_ema": (33.0, 1.9)},
     "iso": {"cifar10_ema": (72.5, 0.4), "cifar10_no_ema": (73.5, 0.5), "stl10_ema": (67.1, 0.4), "stl10_no_ema": (65.7, 0.8)},
 }
+ISOLOSS_TABLE1_SEEDS = 4
 
 PAPER_NUMBERS = {"lga.tab1": LGA_TABLE1, "lga.fig1": LGA_FIGURE1, "metagrad.tab1": METAGRAD_TABLE1,
                  "isoloss.tab1": ISOLOSS_TABLE1}

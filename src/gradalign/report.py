@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gradalign.comparison import paper_vs_ours
 from gradalign.config import PRESET_ORDER_FOR_BOOK
 from gradalign.experiments import EXPERIMENTS
 from gradalign.registry import ELEMENTS, PARTS, status
@@ -20,9 +21,17 @@ def shown_record(element_id: str, preset: str, store: ResultStore) -> dict | Non
     return None
 
 
-def _summary(record: dict) -> str:
+def _summary(record: dict, compared: int) -> str:
     checks = record["checks"].values()
-    return f"{sum(c['passed'] for c in checks)}/{len(checks)} checks pass"
+    text = f"{sum(c['passed'] for c in checks)}/{len(checks)} checks pass"
+    return text + (f"; paper vs ours: {compared} numbers in the details" if compared else "")
+
+
+def _comparison_table(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    return (["*Paper vs ours:*", "", "| quantity | paper | ours |", "| --- | --- | --- |"]
+            + [f"| {r['quantity']} | {r['paper']} | {r['ours']} |" for r in rows] + [""])
 
 
 def report_markdown(preset: str = "auto", store: ResultStore | None = None) -> str:
@@ -47,8 +56,9 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None) -> s
                 body.append(f"| `{element.id}` | {element.title} | {state} | {verdict} | — | — | — |")
                 continue
             prov = record["provenance"]
+            compared = paper_vs_ours(record)
             body.append(f"| `{element.id}` | {element.title} | {state} | **{record['verdict']['status']}** | "
-                        f"`{record['preset']}` | {prov['hardware']} | {_summary(record)} |")
+                        f"`{record['preset']}` | {prov['hardware']} | {_summary(record, len(compared))} |")
             details += [f"### `{element.id}`", ""]
             if EXPERIMENTS[element.id].note:
                 details += [f"*Scope:* {EXPERIMENTS[element.id].note}.", ""]
@@ -56,6 +66,7 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None) -> s
                         f"{'✔' if c['passed'] else '✘'}" for c in record["checks"].values()]
             details += ["", f"Record: preset `{record['preset']}`, config hash `{record['config_hash']}`, "
                             f"torch {prov['torch']}, {prov['wall_time_s']:.1f} s, {prov['date']}, commit `{prov['git_commit'][:12]}`.", ""]
+            details += _comparison_table(compared)
         body.append("")
     out.append(f"**{counts['built']} built, {counts['partial']} partial, {counts['not yet built']} not yet built** "
                f"of {len(ELEMENTS)} elements.")
@@ -68,4 +79,6 @@ def _fmt(value) -> str:
         return f"{value:.3g}"
     if isinstance(value, list):
         return "per-curve values in the record"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}"
     return str(value)

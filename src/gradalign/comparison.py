@@ -1,0 +1,64 @@
+"""The paper's numbers beside ours, row by row, for the elements where a paper prints numbers.
+
+`paper_vs_ours(record)` reads a stored record and `gradalign.papers`; the reproduction report shows
+its rows. Each row says where our number comes from (data set, labels, preset), because the `cpu`
+and `gpu` presets often run a substitute data set: a row compares like with like only at `paper`.
+"""
+
+from __future__ import annotations
+
+from gradalign.papers import ISOLOSS_TABLE1, ISOLOSS_TABLE1_SEEDS, LGA_FIGURE1, LGA_TABLE1, LGA_TABLE1_TRIALS
+
+PAPER_DATA = {"cifar10": "CIFAR-10", "svhn": "SVHN", "stl10": "STL-10", "fashion_mnist": "Fashion-MNIST"}
+
+
+def _lga_tab1(record: dict) -> list[dict]:
+    from gradalign.training.ssl import TITLES
+
+    rows = []
+    paper_columns = (("cifar10_4000", "CIFAR-10, 4000 labels"), ("svhn_1000", "SVHN, 1000 labels"))
+    for (key, by_method), (paper_key, paper_where) in zip(record["metrics"]["columns"].items(), paper_columns):
+        dataset, family, labels = key.split("/")
+        for method in record["config"]["methods"]:
+            mean, std = LGA_TABLE1[TITLES[method]][paper_key]
+            ours = by_method[method]
+            spread = f" ± {ours['test_error_std']:.2f}" if ours["seeds"] > 1 else ""
+            rows.append({"quantity": f"{TITLES[method]}: test error %",
+                         "paper": f"{mean:.2f} ± {std:.2f} ({paper_where}, {LGA_TABLE1_TRIALS} trials)",
+                         "ours": f"{ours['test_error']:.2f}{spread} ({PAPER_DATA.get(dataset, dataset)}, {labels} labels, "
+                                 f"{PAPER_DATA.get(family + '10' if family == 'cifar' else family, family)} hyperparameters, "
+                                 f"{ours['seeds']} seed{'s' if ours['seeds'] != 1 else ''})"})
+    return rows
+
+
+def _isoloss_tab1(record: dict) -> list[dict]:
+    rows = []
+    names = {"L": "L", "iso": "L_iso"}
+    seeds = record["config"]["seeds"]
+    for dataset in record["config"]["datasets"]:
+        paper_sets = [dataset] if dataset in ("cifar10", "stl10") else ["cifar10", "stl10"]
+        for loss in ("L", "iso"):
+            for ema in ("ema", "no_ema"):
+                mean, std = zip(*(ISOLOSS_TABLE1[loss][f"{d}_{ema}"] for d in paper_sets))
+                paper = "; ".join(f"{m} ± {s} ({PAPER_DATA[d]})" for m, s, d in zip(mean, std, paper_sets))
+                ours = record["metrics"][f"{dataset}/{loss}/{ema}"]
+                spread = f" ± {ours['probe_std']:.1f}" if seeds > 1 else ""
+                rows.append({"quantity": f"{names[loss]}, {'EMA' if ema == 'ema' else 'no EMA'}: linear readout accuracy %",
+                             "paper": f"{paper}, {ISOLOSS_TABLE1_SEEDS} seeds",
+                             "ours": f"{ours['probe_mean']:.1f}{spread} ({PAPER_DATA.get(dataset, dataset)}, linear probe, "
+                                     f"{seeds} seed{'s' if seeds != 1 else ''})"})
+    return rows
+
+
+def _lga_fig1(record: dict) -> list[dict]:
+    return [{"quantity": name, "paper": f"{LGA_FIGURE1[name]:g} (Figure 1 caption)", "ours": f"{record['config'][name]:g}"}
+            for name in ("alpha_theta", "alpha_w", "eps_norm")]
+
+
+COMPARISONS = {"lga.tab1": _lga_tab1, "isoloss.tab1": _isoloss_tab1, "lga.fig1": _lga_fig1}
+
+
+def paper_vs_ours(record: dict) -> list[dict]:
+    """Rows {'quantity', 'paper', 'ours'} for an element whose paper prints numbers; [] otherwise."""
+    compare = COMPARISONS.get(record["id"])
+    return compare(record) if compare else []
