@@ -48,5 +48,7 @@ def test_report_lists_every_element_and_the_stored_comparisons(tmp_path):
         assert f"`{element_id}`" in text
     assert text.count("| quantity | paper | ours |") == len(COMPARISONS)
     assert f"{LGA_TABLE1['LGA']['cifar10_4000'][0]:.2f} ± " in text
+    assert text.count("Wall time: ") == text.count("Record: preset")
+    assert "it reads the training runs stored once" in text and "whose training took" in text  # lga.fig5-7, tab1
     empty = report_markdown("auto", ResultStore(tmp_path))
     assert "| quantity | paper | ours |" not in empty and "no stored record" in empty

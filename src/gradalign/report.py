@@ -27,6 +27,22 @@ def _summary(record: dict, compared: int) -> str:
     return text + (f"; paper vs ours: {compared} numbers in the details" if compared else "")
 
 
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
+
+
+def _compute(record: dict) -> str:
+    """The record's wall time, and the stored runs it read (with their training time when the record has it)."""
+    text = _duration(record["provenance"]["wall_time_s"])
+    shares = EXPERIMENTS[record["id"]].shares
+    if shares:
+        trained = record["metrics"].get("train_seconds")
+        text += f"; it reads {shares}" + (f", whose training took {_duration(trained)}" if trained else "")
+    return text
+
+
 def _comparison_table(rows: list[dict]) -> list[str]:
     if not rows:
         return []
@@ -65,7 +81,8 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None) -> s
             details += [f"- {c['claim']}: {c['rule']} — measured `{_fmt(c['value'])}` "
                         f"{'✔' if c['passed'] else '✘'}" for c in record["checks"].values()]
             details += ["", f"Record: preset `{record['preset']}`, config hash `{record['config_hash']}`, "
-                            f"torch {prov['torch']}, {prov['wall_time_s']:.1f} s, {prov['date']}, commit `{prov['git_commit'][:12]}`.", ""]
+                            f"torch {prov['torch']}, {prov['date']}, commit `{prov['git_commit'][:12]}`. "
+                            f"Wall time: {_compute(record)}.", ""]
             details += _comparison_table(compared)
         body.append("")
     out.append(f"**{counts['built']} built, {counts['partial']} partial, {counts['not yet built']} not yet built** "

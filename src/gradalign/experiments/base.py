@@ -20,6 +20,7 @@ class Experiment:
     uses_accelerator: bool = False  # False: computes on the CPU whatever device is asked for
     note: str = ""
     choices: dict[str, str] = field(default_factory=dict)  # our choices where the paper is silent
+    shares: str = ""  # stored runs this experiment reads and shares with others (the report names them)
 
     def resolve(self, preset: str, overrides: dict[str, Any] | None = None) -> Config:
         return resolve(self.config, self.presets, preset, overrides)

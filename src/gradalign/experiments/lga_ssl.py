@@ -281,23 +281,27 @@ CHOICES = {
     "lga": "T(i) = 1, alpha_theta = 1e-3, alpha_w = 1e-2 (cpu) / 1e-3 (paper), eps_norm = 1e-3: not stated in the paper",
     "selection": "test metrics at the evaluation with the lowest validation error (Oliver et al.'s model selection)",
 }
+SHARED_RUNS = "the training runs stored once for lga.fig5, fig6, fig7 and tab1 (_build/checkpoints/lga.ssl/)"
 FIG_NOTE = "cpu/gpu presets run on Fashion-MNIST with this figure's hyperparameter family (the paper: {})"
 
 EXPERIMENTS = [
     Experiment("lga.fig5", _figure("cifar10"), SSLBenchConfig,
                {"smoke": SMOKE, "cpu": CPU, "gpu": GPU, "paper": _paper("cifar10", LABELS_PAPER, 5000, ("cifar",))},
-               RUN_VERSION, NOTEBOOK, uses_accelerator=True, note=FIG_NOTE.format("CIFAR-10"), choices=CHOICES),
+               RUN_VERSION, NOTEBOOK, uses_accelerator=True, note=FIG_NOTE.format("CIFAR-10"), choices=CHOICES,
+               shares=SHARED_RUNS),
     Experiment("lga.fig6", _figure("svhn"), SSLBenchConfig,
                {"smoke": {**SMOKE, "families": ("svhn",)}, "cpu": {"families": ("svhn",)},
                 "gpu": {**GPU, "families": ("svhn",)}, "paper": _paper("svhn", LABELS_PAPER, 7326, ("svhn",))},
-               RUN_VERSION, NOTEBOOK, uses_accelerator=True, note=FIG_NOTE.format("SVHN"), choices=CHOICES),
+               RUN_VERSION, NOTEBOOK, uses_accelerator=True, note=FIG_NOTE.format("SVHN"), choices=CHOICES,
+               shares=SHARED_RUNS),
     Experiment("lga.fig7", _figure("fashion_mnist"), SSLBenchConfig,
                {"smoke": {**SMOKE, "families": ("cifar", "svhn")}, "cpu": {"families": ("cifar", "svhn")},
                 "gpu": {**GPU, "families": ("cifar", "svhn")},
                 "paper": _paper("fashion_mnist", LABELS_PAPER, 5000, ("cifar", "svhn"))},
                RUN_VERSION, NOTEBOOK, uses_accelerator=True,
                note="Fashion-MNIST, the paper's own data; each method takes the better of the CIFAR-10 and SVHN "
-                    "hyperparameter sets by validation error, as the paper did", choices=CHOICES),
+                    "hyperparameter sets by validation error, as the paper did", choices=CHOICES,
+               shares=SHARED_RUNS),
     Experiment("lga.tab1", table1, TableConfig,
                {"smoke": {**SMOKE, "columns": (("fashion_mnist", "cifar", 100, 200), ("fashion_mnist", "svhn", 50, 200))},
                 "cpu": CPU, "gpu": {**GPU, "columns": (("fashion_mnist", "cifar", 4000, 5000), ("fashion_mnist", "svhn", 1000, 5000))},
@@ -305,5 +309,6 @@ EXPERIMENTS = [
                           "columns": (("cifar10", "cifar", 4000, 5000), ("svhn", "svhn", 1000, 7326))}},
                RUN_VERSION, NOTEBOOK, uses_accelerator=True,
                note="cpu/gpu: both columns on Fashion-MNIST, with the CIFAR-10 set at 4000 labels and the SVHN set at "
-                    "1000 labels", choices=CHOICES),
+                    "1000 labels", choices=CHOICES,
+               shares=SHARED_RUNS),
 ]

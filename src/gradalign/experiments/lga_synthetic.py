@@ -189,6 +189,7 @@ def figure4(cfg: ShellsStudyConfig, device) -> dict:
 STUDY_SMOKE = {"d": 10, "n": 200, "n_test": 300, "trials": 2, "steps": 60, "eval_every": 20, "hessian_points": 300,
                "lanczos_iters": 8, "batch": 32}
 STUDY_PRESETS = {"smoke": STUDY_SMOKE, "cpu": {}, "gpu": {"trials": 25}, "paper": {"trials": 25}}
+SHARED_TRIALS = "the trials stored once for lga.fig3 and fig4 (_build/checkpoints/lga.shells/)"
 STUDY_CHOICES = {
     "optimisation": "Adam (lr 1e-3, batch 128) for both; LGA: alpha_w 1e-2, eps_norm 1e-3, T(i) = 1; 3,000 steps",
     "test set": "5,000 test points; the Hessian for q1 uses the first 2,000 (Lanczos, 20 steps)",
@@ -198,6 +199,8 @@ STUDY_CHOICES = {
 
 EXPERIMENTS = [
     Experiment("lga.fig2", shells_figure, ShellsPlotConfig, same_as_cpu({}, {"n": 500}), 1, NOTEBOOK),
-    Experiment("lga.fig3", figure3, ShellsStudyConfig, STUDY_PRESETS, STUDY_VERSION, NOTEBOOK, choices=STUDY_CHOICES),
-    Experiment("lga.fig4", figure4, ShellsStudyConfig, STUDY_PRESETS, STUDY_VERSION, NOTEBOOK, choices=STUDY_CHOICES),
+    Experiment("lga.fig3", figure3, ShellsStudyConfig, STUDY_PRESETS, STUDY_VERSION, NOTEBOOK, choices=STUDY_CHOICES,
+               shares=SHARED_TRIALS),
+    Experiment("lga.fig4", figure4, ShellsStudyConfig, STUDY_PRESETS, STUDY_VERSION, NOTEBOOK, choices=STUDY_CHOICES,
+               shares=SHARED_TRIALS),
 ]
