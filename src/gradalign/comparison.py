@@ -7,9 +7,18 @@ and `gpu` presets often run a substitute data set: a row compares like with like
 
 from __future__ import annotations
 
+from gradalign.data.image_sets import IMAGE_SETS
 from gradalign.papers import ISOLOSS_TABLE1, ISOLOSS_TABLE1_SEEDS, LGA_FIGURE1, LGA_TABLE1, LGA_TABLE1_TRIALS
 
-PAPER_DATA = {"cifar10": "CIFAR-10", "svhn": "SVHN", "stl10": "STL-10", "fashion_mnist": "Fashion-MNIST"}
+FAMILY_DATA = {"cifar": "cifar10", "svhn": "svhn"}  # the data set each hyperparameter family was tuned on
+
+
+def _title(dataset: str) -> str:
+    return IMAGE_SETS[dataset].title if dataset in IMAGE_SETS else dataset
+
+
+def _seeds(n: int) -> str:
+    return f"{n} seed{'s' if n != 1 else ''}"
 
 
 def _lga_tab1(record: dict) -> list[dict]:
@@ -25,9 +34,8 @@ def _lga_tab1(record: dict) -> list[dict]:
             spread = f" ± {ours['test_error_std']:.2f}" if ours["seeds"] > 1 else ""
             rows.append({"quantity": f"{TITLES[method]}: test error %",
                          "paper": f"{mean:.2f} ± {std:.2f} ({paper_where}, {LGA_TABLE1_TRIALS} trials)",
-                         "ours": f"{ours['test_error']:.2f}{spread} ({PAPER_DATA.get(dataset, dataset)}, {labels} labels, "
-                                 f"{PAPER_DATA.get(family + '10' if family == 'cifar' else family, family)} hyperparameters, "
-                                 f"{ours['seeds']} seed{'s' if ours['seeds'] != 1 else ''})"})
+                         "ours": f"{ours['test_error']:.2f}{spread} ({_title(dataset)}, {labels} labels, "
+                                 f"{_title(FAMILY_DATA[family])} hyperparameters, {_seeds(ours['seeds'])})"})
     return rows
 
 
@@ -40,13 +48,12 @@ def _isoloss_tab1(record: dict) -> list[dict]:
         for loss in ("L", "iso"):
             for ema in ("ema", "no_ema"):
                 mean, std = zip(*(ISOLOSS_TABLE1[loss][f"{d}_{ema}"] for d in paper_sets))
-                paper = "; ".join(f"{m} ± {s} ({PAPER_DATA[d]})" for m, s, d in zip(mean, std, paper_sets))
+                paper = "; ".join(f"{m} ± {s} ({_title(d)})" for m, s, d in zip(mean, std, paper_sets))
                 ours = record["metrics"][f"{dataset}/{loss}/{ema}"]
                 spread = f" ± {ours['probe_std']:.1f}" if seeds > 1 else ""
                 rows.append({"quantity": f"{names[loss]}, {'EMA' if ema == 'ema' else 'no EMA'}: linear readout accuracy %",
                              "paper": f"{paper}, {ISOLOSS_TABLE1_SEEDS} seeds",
-                             "ours": f"{ours['probe_mean']:.1f}{spread} ({PAPER_DATA.get(dataset, dataset)}, linear probe, "
-                                     f"{seeds} seed{'s' if seeds != 1 else ''})"})
+                             "ours": f"{ours['probe_mean']:.1f}{spread} ({_title(dataset)}, linear probe, {_seeds(seeds)})"})
     return rows
 
 

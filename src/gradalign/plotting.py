@@ -1,4 +1,4 @@
-"""The book's figure style and paper-vs-ours helpers."""
+"""The book's figure style and the caption that names a record's scale (paper vs ours: `gradalign.comparison`)."""
 
 from __future__ import annotations
 
@@ -28,12 +28,3 @@ def scale_caption(record: dict) -> str:
     return (f"preset `{record['preset']}` · {prov['hardware']} · torch {prov['torch']} · "
             f"seed(s) {', '.join(map(str, prov['seeds']))} · {prov['wall_time_s']:.1f} s · {prov['date'][:10]}")
 
-
-def paper_vs_ours(rows: list[dict]):
-    """A DataFrame with `paper` and `ours` side by side (rows: dicts with at least those keys)."""
-    import pandas as pd
-
-    frame = pd.DataFrame(rows)
-    if {"paper", "ours"} <= set(frame.columns):
-        frame["ours − paper"] = frame["ours"] - frame["paper"]
-    return frame

@@ -26,9 +26,6 @@ class _Silent:
     def set_postfix(self, **values) -> None:
         pass
 
-    def close(self) -> None:
-        pass
-
 
 def progress(iterable, desc: str = "", total: int | None = None, disable: bool = False):
     try:
