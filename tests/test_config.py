@@ -1,7 +1,14 @@
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Literal
+
 import pytest
 
 from gradalign import runner
-from gradalign.config import PRESETS, parse_override
+from gradalign.config import (PRESETS, Config, Settings, config_digest, parse_override, require, resolve,
+                              settings_fields)
 from gradalign.errors import ConfigError
 from gradalign.experiments import EXPERIMENTS
 from gradalign.notebook import resolve_preset
@@ -51,11 +58,31 @@ def test_digest_changes_with_config_and_version():
     assert a.digest(1) == exp.resolve("cpu", {"lambda_l": list(a.lambda_l)}).digest(1)
 
 
-def test_overrides_parse_json_values():
-    assert parse_override("steps=10") == ("steps", 10)
-    assert parse_override("lambda_l=[0.5,1]") == ("lambda_l", [0.5, 1])
-    with pytest.raises(ConfigError):
-        parse_override("steps")
+@pytest.mark.parametrize("text, parsed", [
+    ("steps=10", ("steps", 10)),
+    ("lambda_l=[0.5,1]", ("lambda_l", [0.5, 1])),
+    ("flag=true", ("flag", True)),
+    ("lr=2.5", ("lr", 2.5)),
+    ('name="x"', ("name", "x")),
+    ("name=x", ("name", "x")),
+    ("name=a=b", ("name", "a=b")),
+    ("trial.lr=3e-4", ("trial.lr", 3e-4)),
+    (" steps = 10", ("steps", 10)),
+    ("steps=", ("steps", "")),
+    ("lr=NaN", ("lr", "NaN")),  # JSON's non-standard words stay text: the type check rejects them
+    ("lr=Infinity", ("lr", "Infinity")),
+    ("lr=-Infinity", ("lr", "-Infinity")),
+    ("lambda_l=[1, NaN]", ("lambda_l", "[1, NaN]")),
+])
+def test_overrides_parse_json_values(text, parsed):
+    assert parse_override(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["steps", "", "=3", " =3", "   "])
+def test_malformed_override_is_one_line_error(text):
+    with pytest.raises(ConfigError, match="must look like key=value") as err:
+        parse_override(text)
+    assert "\n" not in str(err.value)
 
 
 def test_environment_overrides_notebook_preset(monkeypatch):
@@ -64,3 +91,163 @@ def test_environment_overrides_notebook_preset(monkeypatch):
     monkeypatch.setenv("GRADALIGN_PRESET", "bogus")
     with pytest.raises(ConfigError, match="unknown preset 'bogus'"):
         resolve_preset("cpu")
+
+
+# --- typed settings: a small config with every kind of field ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Trial(Settings):
+    lr: float = 1e-3
+    steps: int = 10
+    name: str = "adam"
+    nesterov: bool = False
+
+    def validate(self) -> None:
+        require(self, "lr", self.lr > 0, "must be > 0")
+
+
+@dataclass(frozen=True)
+class Demo(Config):
+    trial: Trial = Trial()
+    other: Trial = Trial(lr=0.5, steps=3)  # a default that differs from Trial's own
+    head: Trial | None = None
+    labels: tuple[int, ...] = (10, 20)
+    column: tuple[str, int, float] = ("a", 1, 0.5)
+    columns: tuple[tuple[str, int], ...] = (("a", 1),)
+    anything: tuple = (1, "x")
+    limit: int | None = None
+    mode: Literal["fast", "slow"] = "fast"
+    hook: Callable[[int], int] | None = None  # not checked
+
+    def validate(self) -> None:
+        super().validate()
+        require(self, "trial.steps", self.trial.steps <= 1000, "must be <= 1000")
+
+
+DEMO_PRESETS = {"smoke": {"trial.steps": 2, "other": {"lr": 0.25}}, "cpu": {"trial": {"lr": 0.01, "name": "sgd"}},
+                "gpu": {"trial": Trial(lr=0.02)}, "paper": {"labels": [10]}}
+
+
+@pytest.mark.parametrize("cls, values, message", [
+    (Trial, {"steps": True}, "Trial.steps must be an integer; got True"),
+    (Trial, {"steps": 2.0}, "Trial.steps must be an integer; got 2.0"),
+    (Trial, {"steps": "3"}, "Trial.steps must be an integer; got '3'"),
+    (Trial, {"steps": None}, "Trial.steps must be an integer; got None"),
+    (Trial, {"lr": True}, "Trial.lr must be a finite number; got True"),
+    (Trial, {"lr": "0.1"}, "Trial.lr must be a finite number; got '0.1'"),
+    (Trial, {"lr": math.nan}, "Trial.lr must be a finite number; got nan"),
+    (Trial, {"lr": math.inf}, "Trial.lr must be a finite number; got inf"),
+    (Trial, {"lr": -math.inf}, "Trial.lr must be a finite number; got -inf"),
+    (Trial, {"lr": 10**400}, "Trial.lr must be a finite number"),
+    (Trial, {"name": 3}, "Trial.name must be a string; got 3"),
+    (Trial, {"nesterov": 1}, "Trial.nesterov must be true or false; got 1"),
+    (Trial, {"nesterov": "true"}, "Trial.nesterov must be true or false; got 'true'"),
+    (Demo, {"labels": 5}, "Demo.labels must be a list of integers; got 5"),
+    (Demo, {"labels": "ab"}, "Demo.labels must be a list of integers; got 'ab'"),
+    (Demo, {"labels": [1, "x"]}, "Demo.labels must be a list of integers; got [1, 'x']"),
+    (Demo, {"labels": [1, True]}, "Demo.labels must be a list of integers; got [1, True]"),
+    (Demo, {"column": ("a", 1)}, "Demo.column must be a list of 3 items (a string, an integer, a finite number)"),
+    (Demo, {"column": ["a", "b", 0.5]}, "Demo.column must be a list of 3 items"),
+    (Demo, {"column": ["a", 1, math.nan]}, "Demo.column must be a list of 3 items"),
+    (Demo, {"columns": [["a", "b"]]}, "Demo.columns must be a list of items that are each a list of 2 items"),
+    (Demo, {"anything": 3}, "Demo.anything must be a list; got 3"),
+    (Demo, {"limit": 1.5}, "Demo.limit must be an integer or null; got 1.5"),
+    (Demo, {"limit": True}, "Demo.limit must be an integer or null; got True"),
+    (Demo, {"mode": "medium"}, "Demo.mode must be one of \"fast\", \"slow\"; got 'medium'"),
+    (Demo, {"trial": 3}, "Demo.trial must be a Trial (a dict of its fields); got 3"),
+    (Demo, {"head": "x"}, "Demo.head must be a Trial (a dict of its fields) or null; got 'x'"),
+    (Demo, {"trial": {"lr": "x"}}, "Demo.trial: Trial.lr must be a finite number; got 'x'"),
+    (Demo, {"trial": {"nope": 1}}, "Demo.trial: unknown parameter 'nope' for Trial; choose from: lr, steps, name, nesterov"),
+    (Demo, {"seed": 0.5}, "Demo.seed must be an integer; got 0.5"),
+])
+def test_type_rules(cls, values, message):
+    with pytest.raises(ConfigError) as err:
+        cls(**values)
+    assert str(err.value).startswith(message)
+    assert "\n" not in str(err.value)
+
+
+def test_range_rules_run_after_the_type_rules():
+    with pytest.raises(ConfigError, match=r"^Trial.lr must be > 0; got -1.0$"):
+        Trial(lr=-1)
+    with pytest.raises(ConfigError, match=r"^Demo.seed must be >= 0; got -1$"):
+        Demo(seed=-1)
+    with pytest.raises(ConfigError, match=r"^Demo.trial: Trial.lr must be > 0; got -2.0$"):
+        Demo(trial={"lr": -2})
+    with pytest.raises(ConfigError, match=r"^Demo.trial.steps must be <= 1000; got 5000$"):
+        Demo(trial={"steps": 5000})
+
+
+def test_accepted_values_are_converted():
+    assert Trial(lr=1).lr == 1.0 and isinstance(Trial(lr=1).lr, float)
+    demo = Demo(labels=[1, 2], column=["b", 2, 3], columns=[["b", 2]], anything=[1, [2, [3]]], limit=4,
+                head={"lr": 0.1}, trial={"steps": 7}, mode="slow", hook=len)
+    assert demo.labels == (1, 2) and demo.column == ("b", 2, 3.0) and isinstance(demo.column[2], float)
+    assert demo.columns == (("b", 2),) and demo.anything == (1, (2, (3,)))
+    assert demo.head == Trial(lr=0.1) and demo.trial == Trial(steps=7) and demo.limit == 4 and demo.hook is len
+    assert Demo(limit=None, head=None).head is None
+    hash(demo.trial)  # frozen and hashable after conversion
+
+
+def test_to_dict_nests_and_lists():
+    values = Demo(head={"lr": 0.1}).to_dict()
+    assert values["trial"] == {"lr": 1e-3, "steps": 10, "name": "adam", "nesterov": False}
+    assert values["head"]["lr"] == 0.1 and values["labels"] == [10, 20] and values["columns"] == [["a", 1]]
+    assert Demo().digest(1) == config_digest(Demo().to_dict(), 1)
+
+
+def test_digest_function_is_unchanged():
+    """Stored records are keyed by this hash: changing it orphans every record."""
+    assert config_digest({"seed": 0, "trial": {"lr": 0.5}}, 3) == "e1f73128de25"
+
+
+def test_settings_fields_are_dotted_leaves():
+    assert settings_fields(Demo) == [
+        "seed", "trial.lr", "trial.steps", "trial.name", "trial.nesterov", "other.lr", "other.steps", "other.name",
+        "other.nesterov", "head.lr", "head.steps", "head.name", "head.nesterov", "labels", "column", "columns",
+        "anything", "limit", "mode", "hook"]
+
+
+def test_dotted_overrides_apply_field_by_field_on_the_preset():
+    cfg = resolve(Demo, DEMO_PRESETS, "cpu", {"trial.lr": 3e-4})
+    assert cfg.trial == Trial(lr=3e-4, name="sgd")  # the preset's name kept, Trial's steps default
+    cfg = resolve(Demo, DEMO_PRESETS, "cpu", {"trial": {"steps": 5}})
+    assert cfg.trial == Trial(lr=0.01, steps=5, name="sgd")
+    cfg = resolve(Demo, DEMO_PRESETS, "smoke", {"other.steps": 4})
+    assert cfg.trial == Trial(steps=2) and cfg.other == Trial(lr=0.25, steps=4)  # other's own default kept
+    cfg = resolve(Demo, DEMO_PRESETS, "gpu", {"trial.name": "sgd"})
+    assert cfg.trial == Trial(lr=0.02, name="sgd")
+    cfg = resolve(Demo, DEMO_PRESETS, "cpu", {"trial": Trial(lr=0.7)})  # an instance replaces the whole field
+    assert cfg.trial == Trial(lr=0.7)
+    cfg = resolve(Demo, DEMO_PRESETS, "cpu", {"head.lr": 0.1, "labels": [1], "seed": 3})
+    assert cfg.head == Trial(lr=0.1) and cfg.labels == (1,) and cfg.seed == 3
+    assert resolve(Demo, DEMO_PRESETS, "paper") == Demo(labels=(10,))
+
+
+@pytest.mark.parametrize("overrides", [{"nope": 1}, {"trial.nope": 1}, {"seed.x": 1}, {"trial": {"nope": 1}},
+                                       {"trial.lr.x": 1}, {"": 1}])
+def test_unknown_dotted_name_lists_every_valid_name(overrides):
+    with pytest.raises(ConfigError, match="unknown parameter") as err:
+        resolve(Demo, DEMO_PRESETS, "cpu", overrides)
+    assert str(err.value).endswith("choose from: " + ", ".join(settings_fields(Demo)))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"trial.lr": "abc"}, "Demo.trial: Trial.lr must be a finite number; got 'abc'"),
+    ({"trial.lr": "NaN"}, "Demo.trial: Trial.lr must be a finite number; got 'NaN'"),
+    ({"trial.steps": True}, "Demo.trial: Trial.steps must be an integer; got True"),
+    ({"trial.steps": 5000}, "Demo.trial.steps must be <= 1000"),
+    ({"labels": [1.5]}, "Demo.labels must be a list of integers"),
+])
+def test_resolve_checks_types_and_ranges(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        resolve(Demo, DEMO_PRESETS, "cpu", overrides)
+    assert str(err.value).startswith(message)
+
+
+def test_existing_configs_accept_lists_for_bare_tuples():
+    exp = EXPERIMENTS["lga.tab1"]
+    cfg = exp.resolve("smoke", {"columns": [["fashion_mnist", "cifar", 100, 200]]})
+    assert cfg.columns == (("fashion_mnist", "cifar", 100, 200),)
+    assert all(isinstance(name, str) for name in settings_fields(exp.config))

@@ -1,13 +1,15 @@
 import json
+import os
 
 import pytest
 
 from gradalign import runner
 from gradalign.experiments import EXPERIMENTS
-from gradalign.results import RecordWarning, ResultStore
+from gradalign.results import SCHEMA, RecordWarning, ResultStore, record_digest
 
 
-def _count_runs(monkeypatch, element_id="lga.alg1"):
+def count_runs(monkeypatch, element_id="lga.alg1"):
+    """Record every config the experiment `element_id` actually computes (shared with test_tampering)."""
     calls = []
     exp = EXPERIMENTS[element_id]
     original = exp.run
@@ -27,6 +29,7 @@ def test_save_is_atomic_and_loads_back(store):
     assert not list(path.parent.glob("*.tmp"))
     loaded = store.load("lga.alg1", "smoke", record["config_hash"], record["experiment_version"])
     assert loaded == json.loads(json.dumps(record))
+    assert loaded["schema"] == 2 and loaded["scope"] == "exact" and loaded["digest"] == record_digest(loaded)
     for key in ("hardware", "torch", "seeds", "wall_time_s", "date", "git_commit"):
         assert key in loaded["provenance"]
 
@@ -36,19 +39,19 @@ def test_failed_write_keeps_the_old_record(store, monkeypatch):
     path = store.path("lga.alg1", "smoke", record["config_hash"])
     before = path.read_bytes()
 
-    def broken_dump(obj, handle, **kw):
-        handle.write('{"half": ')
+    def broken_fsync(fd):
         raise OSError("disk full")
 
-    monkeypatch.setattr(json, "dump", broken_dump)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    record["metrics"]["edited"] = 1
+    with pytest.raises(OSError, match="disk full"):
         store.save(record)
     assert path.read_bytes() == before
     assert not list(path.parent.glob("*.tmp"))
 
 
 def test_stored_record_is_reused(store, monkeypatch):
-    calls = _count_runs(monkeypatch)
+    calls = count_runs(monkeypatch)
     runner.run("lga.alg1", "smoke", store=store)
     runner.run("lga.alg1", "smoke", store=store)
     assert len(calls) == 1
@@ -72,12 +75,12 @@ def test_bad_record_is_reported_and_recomputed(store, monkeypatch, damage):
         else:
             bad["config"]["m"] = 999
         path.write_text(json.dumps(bad))
-    calls = _count_runs(monkeypatch)
+    calls = count_runs(monkeypatch)
     with pytest.warns(RecordWarning, match="ignoring stored record"):
         again = runner.run("lga.alg1", "smoke", store=store)
     assert len(calls) == 1
     assert again["config"] == record["config"]
-    assert json.loads(path.read_text())["schema"] == 1  # rewritten
+    assert json.loads(path.read_text())["schema"] == SCHEMA == 2  # rewritten
 
 
 def test_auto_prefers_the_largest_stored_preset(store, monkeypatch):

@@ -2,15 +2,22 @@
 
 `run` imports only torch and the library (no papermill, no jupyter-book): it works on a bare GPU
 machine. `book` needs the book environment of requirements.txt.
+
+Every bad input (an unknown command, id, preset or field, a value of the wrong type, NaN, a value out
+of range, a device that is not there, a bad GRADALIGN_THREADS, a results root that is a file) exits
+with status 2 and one line on stderr, `gradalign: error: ...`, before any data is loaded or computed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
-from gradalign.errors import GradalignError
+from gradalign.errors import ConfigError, GradalignError
 
 
 def cmd_list(args) -> int:
@@ -27,25 +34,115 @@ def cmd_list(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from gradalign.config import parse_override
+    """Check every input, resolve (and so validate) the config, then load the stored record or compute it."""
+    from gradalign import runner
+    from gradalign.config import check_preset, parse_override
+    from gradalign.experiments import get
     from gradalign.results import ResultStore
-    from gradalign.runner import load_or_run, run
+    from gradalign.runtime import check_device, threads_from_env
 
+    threads_from_env()
+    check_device(args.device)
+    check_preset(args.preset, allow_auto=True)
     overrides = dict(parse_override(text) for text in args.set)
+    exp = get(args.id)
     store = ResultStore(args.results) if args.results else ResultStore()
-    if args.preset == "auto" and not args.force:
-        record = load_or_run(args.id, "auto", overrides, store=store, device=args.device)
+    _check_results_root(store.root)
+    preset = _preset_to_run(exp, args, overrides, store)
+    if args.show_config:
+        return _show_config(exp.resolve(preset, overrides), preset)
+    stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)
+    if stored is None:
+        _check_writable(store.root)
+    record = stored if stored is not None else runner.run(args.id, preset, overrides, force=args.force,
+                                                           store=store, device=args.device)
+    _print_record(record, store, loaded=stored is not None)
+    _print_device_notes(exp, record, args.device, loaded=stored is not None)
+    return 0
+
+
+def _preset_to_run(exp, args, overrides: dict, store) -> str:
+    """The preset `run` computes or loads, its config resolved first so that bad overrides fail here."""
+    from gradalign import runner
+
+    if args.preset != "auto":
+        exp.resolve(args.preset, overrides)
+        return args.preset
+    exp.resolve("cpu", overrides)
+    if args.force:
+        return "cpu"
+    return runner.best_stored_preset(exp.id, overrides, store) or "cpu"
+
+
+def _check_results_root(root: Path) -> None:
+    """The results root must be a folder, or a path whose nearest existing parent is a folder."""
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"results root {str(root)!r} is a file; give a folder (it is created if missing)")
+    ancestor = _nearest_existing(root)
+    if not ancestor.is_dir():
+        raise ConfigError(f"results root {str(root)!r} cannot be created: {str(ancestor)!r} is a file, not a folder")
+
+
+def _check_writable(root: Path) -> None:
+    """Before computing: the record's folder must be creatable and writable."""
+    ancestor = _nearest_existing(root)
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(f"results root {str(root)!r} is not writable ({str(ancestor)!r} is read-only); "
+                          "give another with --results or GRADALIGN_RESULTS")
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def _print_record(record: dict, store, loaded: bool) -> None:
+    prov = record["provenance"]
+    print(f"{record['id']} [{record['preset']}] {record['verdict']['status']}")
+    if loaded:
+        print(f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {prov['wall_time_s']:.1f} s "
+              f"on {prov['hardware']} (--force recomputes)")
     else:
-        record = run(args.id, "cpu" if args.preset == "auto" else args.preset, overrides, force=args.force,
-                     store=store, device=args.device)
-    path = store.path(record["id"], record["preset"], record["config_hash"])
-    print(f"{record['id']} [{record['preset']}] {record['verdict']['status']} "
-          f"({record['provenance']['wall_time_s']:.1f} s on {record['provenance']['hardware']})")
+        print(f"  computed now in {prov['wall_time_s']:.1f} s on {prov['hardware']}")
     for name, check in record["checks"].items():
         value = check["value"] if not isinstance(check["value"], list) else "…"
         print(f"  {'ok ' if check['passed'] else 'FAIL'} {name}: {check['rule']} (measured {value})")
-    print(f"record: {path}")
+    print(f"record: {store.path(record['id'], record['preset'], record['config_hash'])}")
+
+
+def _print_device_notes(exp, record: dict, device: str, loaded: bool) -> None:
+    """Say when the hardware asked for is not the hardware the record was computed on."""
+    if device == "auto":
+        return
+    asked = device.split(":")[0]
+    if not exp.uses_accelerator:
+        if asked == "cuda":
+            print(f"note: {exp.id} computes on the CPU whatever --device says (its problems are too small for a GPU)")
+        return
+    used = str(record["provenance"].get("device", "cpu"))
+    if loaded and used.split(":")[0] != asked:
+        print(f"note: you asked for --device {device}, but this stored record was computed on {used}; "
+              f"--force recomputes it on {device}")
+
+
+def _show_config(cfg, preset: str) -> int:
+    """Every setting of the resolved config by its dotted name (what --set accepts)."""
+    print(f"{type(cfg).__name__} [{preset}]")
+    for name, value in _dotted(cfg.to_dict()).items():
+        print(f"  {name} = {json.dumps(value)}")
     return 0
+
+
+def _dotted(values: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def cmd_book(args) -> int:
@@ -80,17 +177,32 @@ def cmd_data(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors as one line (`gradalign: error: ...`, exit 2) like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"gradalign: error: {_one_line(message)}\n")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradalign", description=__doc__.splitlines()[0])
+    p = _Parser(prog="gradalign", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="every element of the four papers and its status").set_defaults(func=cmd_list)
     r = sub.add_parser("run", help="run one experiment (or load its stored record)")
     r.add_argument("id", help="element id, e.g. lga.fig1 (see `gradalign list`)")
     r.add_argument("--preset", default="cpu", help="smoke | cpu | gpu | paper | auto (default: cpu)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field, JSON value (steps=100, labels=[250,1000]); "
+                        "dotted names reach nested settings (trial.lr=3e-4); see --show-config")
     r.add_argument("--force", action="store_true", help="recompute even if a record is stored")
-    r.add_argument("--device", default="auto", help="auto | cpu | cuda")
+    r.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
     r.add_argument("--results", help="results root (default: $GRADALIGN_RESULTS or ./results)")
+    r.add_argument("--show-config", action="store_true",
+                   help="print the resolved config (every dotted name --set accepts) and exit without computing")
     r.set_defaults(func=cmd_run)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")
     b.add_argument("--preset", default="auto", help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper")
@@ -108,9 +220,27 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """Exit status: 0 done, 1 a data set is missing (`data`), 2 bad input (one line on stderr)."""
     try:
-        return args.func(args)
+        try:
+            args = parser().parse_args(argv)
+        except SystemExit as stop:  # --help (0) or a usage error (2), already printed
+            return 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 2
+        status = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
+        return status
     except GradalignError as err:
-        print(f"gradalign: error: {err}", file=sys.stderr)
+        print(f"gradalign: error: {_one_line(str(err))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `gradalign list | head`: the reader left; see Python's "Note on SIGPIPE"
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at os.devnull so that the flush at exit does not raise a second BrokenPipeError."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (captured): nothing to flush there
+        pass

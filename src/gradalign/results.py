@@ -1,27 +1,29 @@
-"""The results store: one JSON record per (experiment id, preset, config hash).
+"""The results store: one JSON record per (experiment id, preset, config hash), verified on every read.
 
 Layout: `<root>/<part>/<id>/<preset>-<hash>.json`, root = `$GRADALIGN_RESULTS` or `results/` of the
 checkout. The hash covers the resolved config and the experiment's hand-bumped version, so a record
-is reused only for exactly the computation it describes. Writes are atomic (temporary file in the
-same folder, fsync, rename). A record that does not parse, or whose schema or key does not match,
-is reported with a `RecordWarning` and treated as missing, so the caller recomputes it.
+is reused only for exactly the computation it describes. Writes are atomic and strict JSON (no NaN).
+A record carries a digest of its content, and its verdict must follow from its checks and scope, so
+an edited record is caught. A record that fails any check (it does not parse, is cut short, has another
+schema or key, a config that does not hash to its key, an edited verdict or content) is reported with
+a `RecordWarning` and treated as missing, so the caller recomputes it; reports skip it silently.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from pathlib import Path
 from typing import Iterator
 
-from gradalign.atomic import write_atomically
+from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, write_json_atomically
 from gradalign.config import config_digest
 from gradalign.environment import project_root
+from gradalign.verdict import SCOPES, derive_verdict
 
-SCHEMA = 1
-REQUIRED = ("schema", "id", "preset", "config", "config_hash", "experiment_version",
-            "metrics", "checks", "verdict", "provenance")
+SCHEMA = 2
+REQUIRED = ("schema", "id", "part", "preset", "config", "config_hash", "experiment_version",
+            "metrics", "curves", "checks", "scope", "verdict", "provenance", "digest")
 
 
 class RecordWarning(UserWarning):
@@ -33,6 +35,11 @@ warnings.simplefilter("always", RecordWarning)
 
 def part_of(element_id: str) -> str:
     return element_id.split(".", 1)[0]
+
+
+def record_digest(record: dict) -> str:
+    """sha256 (hex) of the record's canonical strict JSON without its "digest" key."""
+    return content_digest(record)
 
 
 class ResultStore:
@@ -48,31 +55,34 @@ class ResultStore:
         if not path.exists():
             return None
         try:
-            record = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            return self._reject(path, f"does not parse ({type(err).__name__}: {err})")
-        problem = _mismatch(record, element_id, preset, digest, version)
+            record = read_json_strict(path)
+        except StoredJSONError as err:
+            return self._reject(path, str(err))
+        key = {"id": element_id, "preset": preset, "config_hash": digest, "experiment_version": version}
+        problem = _shape_problem(record) or _key_problem(record, key) or _content_problem(record)
         return self._reject(path, problem) if problem else record
 
     def save(self, record: dict) -> Path:
-        def write(handle):
-            json.dump(record, handle, indent=1, sort_keys=True)
-            handle.write("\n")
-
-        return write_atomically(self.path(record["id"], record["preset"], record["config_hash"]), write)
+        """Write `record` (its digest added or replaced); a NaN anywhere raises before any file is touched."""
+        digest = record_digest(record)
+        problem = _shape_problem({**record, "digest": digest}) or _content_problem({**record, "digest": digest})
+        if problem:
+            raise ValueError(f"refusing to save record {record.get('id')!r}: it {problem}")
+        record["digest"] = digest
+        return write_json_atomically(self.path(record["id"], record["preset"], record["config_hash"]), record)
 
     def files(self, element_id: str) -> list[Path]:
         folder = self.root / part_of(element_id) / element_id
         return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
     def records(self, element_id: str) -> Iterator[dict]:
-        """Every parseable record stored for an id (any preset or hash), for reports."""
+        """Every sound record stored for an id (any preset or hash), for reports; unusable ones are skipped."""
         for path in self.files(element_id):
             try:
-                record = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
+                record = read_json_strict(path)
+            except StoredJSONError:
                 continue
-            if isinstance(record, dict) and record.get("schema") == SCHEMA and record.get("id") == element_id:
+            if not (_shape_problem(record) or _content_problem(record)) and record["id"] == element_id:
                 yield record
 
     @staticmethod
@@ -82,18 +92,41 @@ class ResultStore:
         return None
 
 
-def _mismatch(record: object, element_id: str, preset: str, digest: str, version: int) -> str | None:
+def _shape_problem(record: object) -> str | None:
+    """Why `record` is not a schema-2 record at all, or None."""
     if not isinstance(record, dict):
-        return "is not a JSON object"
-    missing = [key for key in REQUIRED if key not in record]
-    if missing:
-        return f"lacks {', '.join(missing)}"
-    if record["schema"] != SCHEMA:
+        return f"is not a JSON object (a {type(record).__name__})"
+    if "schema" in record and record["schema"] != SCHEMA:
         return f"has schema {record['schema']!r}, expected {SCHEMA}"
-    expected = {"id": element_id, "preset": preset, "config_hash": digest, "experiment_version": version}
-    for key, value in expected.items():
-        if record[key] != value:
-            return f"has {key} {record[key]!r}, expected {value!r}"
-    if config_digest(record["config"], version) != digest:
+    missing = [key for key in REQUIRED if key not in record]
+    return f"lacks {', '.join(missing)}" if missing else None
+
+
+def _key_problem(record: dict, key: dict) -> str | None:
+    """Why `record` is not the one stored under `key` (id, preset, config_hash, experiment_version), or None."""
+    for name, value in key.items():
+        if record[name] != value:
+            return f"has {name} {record[name]!r}, expected {value!r}"
+    return None
+
+
+def _content_problem(record: dict) -> str | None:
+    """Why a record's content contradicts itself or was edited, or None."""
+    if record["part"] != part_of(str(record["id"])):
+        return f"has part {record['part']!r}, expected {part_of(str(record['id']))!r}"
+    if not isinstance(record["config"], dict) or \
+            config_digest(record["config"], record["experiment_version"]) != record["config_hash"]:
         return "has a config that does not hash to its key"
+    checks = record["checks"]
+    if not isinstance(checks, dict) or not all(isinstance(c, dict) and isinstance(c.get("passed"), bool)
+                                               for c in checks.values()):
+        return "has malformed checks (each must be an object with a true/false 'passed')"
+    if record["scope"] not in SCOPES:
+        return f"has scope {record['scope']!r}, expected one of {', '.join(SCOPES)}"
+    derived = derive_verdict(checks, record["scope"])
+    if record["verdict"] != derived:
+        stored = record["verdict"].get("status") if isinstance(record["verdict"], dict) else record["verdict"]
+        return f"has a verdict that does not follow from its checks ({stored!r} stored, {derived['status']!r} derived)"
+    if record["digest"] != record_digest(record):
+        return "has a digest that does not match its content (edited after it was computed)"
     return None

@@ -72,6 +72,10 @@ IMAGE_SETS = {
 }
 
 
+TRAIN_SIZES = {"fashion_mnist": 60_000, "cifar10": 50_000, "cifar100": 50_000, "svhn": 73_257, "stl10": 5_000}
+"""Images in each training split (labeled), to check label counts before any data is read."""
+
+
 def image_set_info(name: str) -> ImageSetInfo:
     if name not in IMAGE_SETS:
         raise ConfigError(f"unknown image set {name!r}; choose one of {', '.join(IMAGE_SETS)}")
@@ -226,3 +230,22 @@ def channel_mean_std(name: str, root: str | Path | None = None, download: bool =
     mean = total / count
     std = (total_sq / count - mean.square()).clamp_min(0).sqrt()
     return tuple(mean.tolist()), tuple(std.tolist())
+
+
+def random_subset(images: torch.Tensor, labels: torch.Tensor, n: int, seed: int):
+    """`n` images drawn without replacement (seeded); all of them when n is 0 or at least the set's size."""
+    if n == 0 or n >= len(images):
+        return images, labels
+    keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[:n]
+    return images[keep], labels[keep]
+
+
+def load_pretraining_data(name: str, train_subset: int, test_subset: int, seed: int):
+    """(train images, train labels, test images, test labels) for self-supervised pretraining: STL-10's
+    training split also holds its 100,000 unlabeled images (labels -1); subsets drawn with seed, seed + 1."""
+    train = load_image_set(name, "train")
+    if name == "stl10":
+        extra = load_image_set(name, "unlabeled")
+        train = (torch.cat([train[0], extra[0]]), torch.cat([train[1], extra[1]]))
+    test = load_image_set(name, "test")
+    return random_subset(*train, train_subset, seed) + random_subset(*test, test_subset, seed + 1)

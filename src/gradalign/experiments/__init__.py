@@ -13,10 +13,10 @@ from gradalign.registry import element
 
 
 def _collect() -> dict[str, Experiment]:
-    from gradalign.experiments import isoloss, lga, lga_ssl, lga_synthetic
+    from gradalign.experiments import isoloss, lga
 
     experiments = {}
-    for exp in lga.EXPERIMENTS + lga_synthetic.EXPERIMENTS + lga_ssl.EXPERIMENTS + isoloss.EXPERIMENTS:
+    for exp in lga.EXPERIMENTS + isoloss.EXPERIMENTS:
         element(exp.id)  # every experiment belongs to a REPRODUCE.md element
         experiments[exp.id] = exp
     return experiments

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gradalign.config import Config, resolve
+from gradalign.verdict import derive_verdict
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,6 @@ def check(passed: bool, value: Any, rule: str, claim: str) -> dict:
 
 def outcome(checks: dict[str, dict], metrics: dict | None = None, curves: dict | None = None,
             scope: str = "exact") -> dict:
-    """Bundle an experiment's results; the verdict follows from the checks, never typed in."""
-    failed = [name for name, c in checks.items() if not c["passed"]]
-    if failed:
-        verdict = {"status": "not reproduced", "failed": failed}
-    elif scope == "exact":
-        verdict = {"status": "reproduced", "failed": []}
-    else:
-        verdict = {"status": "reproduced qualitatively at reduced scale", "failed": []}
-    return {"metrics": metrics or {}, "curves": curves or {}, "checks": checks, "verdict": verdict}
+    """Bundle an experiment's results; the verdict follows from the checks and the scope, never typed in."""
+    return {"metrics": metrics or {}, "curves": curves or {}, "checks": checks, "scope": scope,
+            "verdict": derive_verdict(checks, scope)}

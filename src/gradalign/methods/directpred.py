@@ -61,3 +61,10 @@ class DirectPredictor:
     def load_state_dict(self, state: dict) -> None:
         self.C = state["C"].to(self.C)
         self.alpha, self.tau, self.eps = state["alpha"], state["tau"], state["eps"]
+
+
+def spectrum_summary(s: torch.Tensor) -> dict:
+    """min, max, mean of DirectPred's normalised eigenvalues s and the participation ratio (Σs)²/Σs²."""
+    s = s.double()
+    return {"s_min": float(s.min()), "s_max": float(s.max()), "s_mean": float(s.mean()),
+            "participation_ratio": float(s.sum() ** 2 / (s * s).sum())}

@@ -18,7 +18,6 @@ buffers, so BatchNorm running statistics move only in the two ordinary forward p
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,7 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, jvp
 
-from gradalign.errors import ConfigError, DivergenceError
+from gradalign.divergence import raise_if_not_finite
+from gradalign.errors import ConfigError
+from gradalign.params import adam, flat, replayed_rng, rng_snapshot, trainable, unflatten
 
 TASKS = ("classification", "regression")
 OPTIMIZERS = ("adam", "sgd")
@@ -87,23 +88,24 @@ class LGAState:
     ema_v4: torch.Tensor
     step: int = 0  # i of the last completed iteration
 
+    def state_dict(self) -> dict:
+        return {"w": self.w.detach().clone(), "theta_optimizer": self.theta_optimizer.state_dict(),
+                "w_optimizer": self.w_optimizer.state_dict(), "ema_grad_labeled": self.ema_grad_labeled.clone(),
+                "ema_v4": self.ema_v4.clone(), "step": self.step}
+
+    def load_state_dict(self, state: dict) -> None:
+        with torch.no_grad():
+            self.w.copy_(state["w"])
+        self.theta_optimizer.load_state_dict(state["theta_optimizer"])
+        self.w_optimizer.load_state_dict(state["w_optimizer"])
+        self.ema_grad_labeled.copy_(state["ema_grad_labeled"])
+        self.ema_v4.copy_(state["ema_v4"])
+        self.step = state["step"]
+
 
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ConfigError(message)
-
-
-def _trainable(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
-    return {name: p for name, p in model.named_parameters() if p.requires_grad}
-
-
-def adam(params, lr: float, betas: tuple[float, float], eps: float) -> torch.optim.Adam:
-    """Adam, fused where this torch supports it (the dense update of w is ~10× faster fused on a CPU)."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, fused=True)
-    except (RuntimeError, ValueError):
-        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps)
 
 
 def _optimizer(params, lr: float, settings: LGASettings) -> torch.optim.Optimizer:
@@ -115,7 +117,7 @@ def _optimizer(params, lr: float, settings: LGASettings) -> torch.optim.Optimize
 def init_lga(model: torch.nn.Module, n_unlabeled: int, n_outputs: int,
              settings: LGASettings = LGASettings()) -> LGAState:
     """Algorithm 1's initialisation: w = 0 ∈ R^{n_u×k}, θ as the model holds it, empty EMAs."""
-    params = list(_trainable(model).values())
+    params = list(trainable(model).values())
     _require(len(params) > 0, "the model has no trainable parameters")
     _require(n_unlabeled >= 1 and n_outputs >= 1, f"need n_unlabeled, n_outputs >= 1; got {n_unlabeled}, {n_outputs}")
     like = params[0]
@@ -174,40 +176,11 @@ def scaled_residual(v: torch.Tensor, ema_v4: torch.Tensor, eps_norm: float) -> t
     return torch.where(denominator > 0, v / denominator, torch.zeros_like(v))
 
 
-def flat(tensors) -> torch.Tensor:
-    return torch.cat([t.reshape(-1) for t in tensors])
-
-
-def unflatten(vector: torch.Tensor, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    sizes = [t.numel() for t in like.values()]
-    return {name: chunk.view_as(t) for (name, t), chunk in zip(like.items(), vector.split(sizes))}
-
-
 # ---- the w-gradient: one JVP, and the double-backward reference ---------------------------------------
-
-def rng_snapshot(device: torch.device):
-    """The random state before a forward pass, so dropout or in-model augmentation can be replayed."""
-    cuda = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
-    return device, torch.get_rng_state(), cuda
-
-
-@contextlib.contextmanager
-def replayed_rng(snapshot):
-    """Run the block from `snapshot`'s random state; the state afterwards is as if it never ran."""
-    if snapshot is None:
-        yield
-        return
-    device, cpu, cuda = snapshot
-    with torch.random.fork_rng(devices=[device] if cuda is not None else []):
-        torch.set_rng_state(cpu)
-        if cuda is not None:
-            torch.cuda.set_rng_state(cuda, device)
-        yield
-
 
 def unlabeled_gradient(model: torch.nn.Module, x_u: torch.Tensor, y_u: torch.Tensor, task: str):
     """(L_u, g_u per parameter, random state before the pass): the ordinary pass that computes g_u."""
-    params = _trainable(model)
+    params = trainable(model)
     snapshot = rng_snapshot(x_u.device)
     loss = unlabeled_loss(model(x_u), y_u.detach(), task)
     grads = torch.autograd.grad(loss, list(params.values()), materialize_grads=True)
@@ -221,7 +194,7 @@ def jvp_label_gradient(model: torch.nn.Module, x_u: torch.Tensor, u: torch.Tenso
     u: flat (p,) tangent n ⊙ (EMA(g_ℓ) − g_u). The model runs in its current mode (train: batch
     statistics of x_u, as in the g_u pass) on copies of its buffers, from the random state `snapshot`.
     """
-    params = {name: p.detach() for name, p in _trainable(model).items()}
+    params = {name: p.detach() for name, p in trainable(model).items()}
     buffers = dict(model.named_buffers())
 
     def h(theta):
@@ -241,7 +214,7 @@ def double_backward_label_gradient(model: torch.nn.Module, x_u: torch.Tensor, y_
     target = EMA(g_ℓ), normalizer n = 1/(ε_norm + sqrt(EMA(v⁴))), both flat (p,) constants.
     Runs on copies of the buffers, from the random state `snapshot`, like `jvp_label_gradient`.
     """
-    params = _trainable(model)
+    params = trainable(model)
     buffers = {name: b.clone() for name, b in model.named_buffers()}
     y = y_u.detach().requires_grad_(True)
     with replayed_rng(snapshot):
@@ -271,16 +244,6 @@ def check_inputs(state_w: torch.Tensor, x_l, y_l, x_u, indices, task: str) -> No
         _require(bool(indices.min() >= 0) and bool(indices.max() < n_u), f"indices must lie in [0, {n_u})")
 
 
-def raise_if_not_finite(method: str, step: int, diagnostics: dict[str, torch.Tensor]) -> None:
-    """One host sync; DivergenceError names the step and the first non-finite quantity."""
-    values = torch.stack([v.detach().reshape(()) for v in diagnostics.values()])
-    if bool(torch.isfinite(values).all()):
-        return
-    name = next(n for n, v in diagnostics.items() if not bool(torch.isfinite(v).all()))
-    raise DivergenceError(f"{method} diverged at step {step}: {name} = {diagnostics[name].item()}; "
-                          f"lower the learning rates or raise eps_norm")
-
-
 def lga_step(model: torch.nn.Module, state: LGAState, x_l: torch.Tensor, y_l: torch.Tensor,
              x_u: torch.Tensor, indices: torch.Tensor, extra_gradient=None) -> dict[str, torch.Tensor]:
     """One iteration of Algorithm 1; θ and w move simultaneously from the gradients at the same θ.
@@ -294,7 +257,7 @@ def lga_step(model: torch.nn.Module, state: LGAState, x_l: torch.Tensor, y_l: to
     check_inputs(state.w, x_l, y_l, x_u, indices, s.task)
     indices = indices.to(state.w.device)
     step = state.step + 1
-    params = list(_trainable(model).values())
+    params = list(trainable(model).values())
 
     outputs_l = model(x_l)
     _require(outputs_l.shape[-1] == state.w.shape[1],
@@ -323,7 +286,7 @@ def lga_step(model: torch.nn.Module, state: LGAState, x_l: torch.Tensor, y_l: to
         "grad_w_norm": grad_w_rows.norm(),
     }
     if s.check_every and step % s.check_every == 0:
-        raise_if_not_finite("LGA", step, diagnostics)
+        raise_if_not_finite("LGA", step, diagnostics, "lower the learning rates or raise eps_norm")
 
     labeled_weight = float(s.labeled_weight(step))
     for p, gu, gl in zip(params, g_u, g_l):

@@ -1,22 +1,21 @@
 """LGA part, §4: the semi-supervised benchmark (Figures 5-7, Table 1) on Oliver et al.'s protocol.
 
-Every training run (data set, hyperparameter family, method, number of labels, seed, schedule) is
-stored once under `_build/checkpoints/lga.ssl/<key>.json`; Figures 5-7 and Table 1 read the runs
-they need, so runs they share train once, and an interrupted experiment resumes (within a run too,
-from its `.pt` checkpoint). The `paper` presets follow the protocol (WRN-28-2, 500k steps, 5 seeds);
+Every training run (data set, method settings, number of labels, seed, protocol) is stored once in the
+run cache (`runcache`, kind `lga.ssl`); Figures 5-7 and Table 1 read the runs they need, so runs they
+share train once, and an interrupted experiment resumes (within a run too, from its checkpoint). The `paper` presets follow the protocol (WRN-28-2, 500k steps, 5 seeds);
 `smoke`/`cpu` substitute Fashion-MNIST and a small CNN, and say so.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from gradalign.config import Config, require
 from gradalign.experiments.base import Experiment, check, outcome
+from gradalign.methods.lga_ssl import LGABenchmarkSettings
+from gradalign.training.protocols import FAMILIES, OliverProtocol
 
 NOTEBOOK = "notebooks/lga/04_ssl_benchmark.ipynb"
 RUN_VERSION = 1
@@ -28,39 +27,48 @@ TABLE_METHODS = ("lga", "lga_vat", "vat", "vat_entmin", "pi_model", "mean_teache
 @dataclass(frozen=True)
 class SSLBenchConfig(Config):
     dataset: str = "fashion_mnist"
-    families: tuple = ("cifar",)  # Oliver et al.'s hyperparameter sets; more than one: the best by validation
-    methods: tuple = FIGURE_METHODS
-    labels: tuple = (250, 1000, 4000)
+    families: tuple[str, ...] = ("cifar",)  # Oliver et al.'s hyperparameter sets; several: the best by validation
+    methods: tuple[str, ...] = FIGURE_METHODS
+    labels: tuple[int, ...] = (250, 1000, 4000)
     seeds: int = 1
-    steps: int = 1000
     model: str = "small_cnn"
     width: int = 16  # small_cnn channels of its first block
     n_validation: int = 2000
     n_pool: int = 10_000  # unlabeled pool (labeled images + others); 0 = the whole training split
     n_test: int = 5000  # 0 = the whole test split
-    eval_every: int = 200
-    lga_alpha_w: float = 1e-2  # our choice (not stated); larger than Figure 1's 1e-3 for short runs
-    batch_labeled: int = 50
-    batch_unlabeled: int = 50
+    protocol: OliverProtocol = OliverProtocol(steps=1000, eval_every=200)  # cpu: 1,000 steps (Oliver: 500k)
+    lga: LGABenchmarkSettings = LGABenchmarkSettings(alpha_w=1e-2)  # alpha_w: our choice for short runs
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
-        from gradalign.training.ssl import FAMILIES, METHODS
+        from gradalign.training.ssl import METHODS
 
         super().validate()
         require(self, "dataset", self.dataset in IMAGE_SETS, f"must be one of {tuple(IMAGE_SETS)}")
         require(self, "families", len(self.families) >= 1 and set(self.families) <= set(FAMILIES),
                 f"must be a non-empty subset of {FAMILIES}")
         require(self, "methods", len(self.methods) >= 1 and set(self.methods) <= set(METHODS),
-                f"must be a non-empty subset of {METHODS}")
-        require(self, "labels", len(self.labels) >= 1 and all(n >= 10 and n % 10 == 0 for n in self.labels),
-                "must be positive multiples of the 10 classes")
+                f"must be a non-empty subset of {tuple(METHODS)}")
+        _check_labels(self, "labels", self.dataset, self.labels, self.n_validation)
         require(self, "model", self.model in MODELS, f"must be one of {MODELS}")
-        for name in ("seeds", "steps", "width", "eval_every", "batch_labeled", "batch_unlabeled", "n_validation"):
+        for name in ("seeds", "width", "n_validation"):
             require(self, name, getattr(self, name) >= 1, "must be >= 1")
-        require(self, "labels", min(self.labels) >= self.batch_labeled, "must each be >= batch_labeled")
         require(self, "n_pool", self.n_pool == 0 or self.n_pool >= max(self.labels), "must be 0 or >= the largest label count")
-        require(self, "lga_alpha_w", self.lga_alpha_w > 0, "must be > 0")
+        require(self, "n_test", self.n_test >= 0, "must be >= 0")
+
+
+def _check_labels(cfg, name: str, dataset: str, labels, n_validation: int) -> None:
+    """Every label count, checked whole before the first run: a multiple of the classes, at least one
+    labeled batch, and room for the validation split in the training set."""
+    from gradalign.data.image_sets import TRAIN_SIZES, image_set_info
+
+    classes = image_set_info(dataset).num_classes
+    room = TRAIN_SIZES.get(dataset, 10**9) - n_validation
+    require(cfg, name, len(labels) >= 1 and all(n >= classes and n % classes == 0 for n in labels),
+            f"must be positive multiples of the {classes} classes of {dataset}")
+    require(cfg, name, min(labels) >= cfg.protocol.batch_labeled, "must each be >= protocol.batch_labeled")
+    require(cfg, name, max(labels) <= room, f"must each fit in {dataset}'s training set beside the validation "
+                                            f"split ({room} images)")
 
 
 @dataclass(frozen=True)
@@ -68,13 +76,19 @@ class TableConfig(SSLBenchConfig):
     """Table 1: (data set, family, labels, validation size) per column; `dataset`, `families`, `labels` and
     `n_validation` are unused."""
 
-    columns: tuple = (("fashion_mnist", "cifar", 4000, 2000), ("fashion_mnist", "svhn", 1000, 2000))
-    methods: tuple = TABLE_METHODS
+    columns: tuple[tuple[str, str, int, int], ...] = (("fashion_mnist", "cifar", 4000, 2000),
+                                                      ("fashion_mnist", "svhn", 1000, 2000))
+    methods: tuple[str, ...] = TABLE_METHODS
 
     def validate(self) -> None:
+        from gradalign.data.image_sets import IMAGE_SETS
+
         super().validate()
-        require(self, "columns", len(self.columns) >= 1 and all(len(c) == 4 for c in self.columns),
-                "must be (dataset, family, labels, n_validation) tuples")
+        require(self, "columns", len(self.columns) >= 1, "must name at least one (dataset, family, labels, n_validation)")
+        for dataset, family, labels, n_validation in self.columns:
+            require(self, "columns", dataset in IMAGE_SETS and family in FAMILIES,
+                    f"must name data sets among {tuple(IMAGE_SETS)} and families among {FAMILIES}")
+            _check_labels(self, "columns", dataset, (labels,), n_validation)
 
 
 def _model(cfg: SSLBenchConfig, num_classes: int, channels: int) -> torch.nn.Module:
@@ -84,13 +98,6 @@ def _model(cfg: SSLBenchConfig, num_classes: int, channels: int) -> torch.nn.Mod
     if cfg.model == "wrn28_2":
         return WideResNet(num_classes, channels)
     return SmallCNN(num_classes, channels, cfg.width)
-
-
-def run_key(cfg: SSLBenchConfig, dataset: str, settings, n_labeled: int, seed: int, schedule) -> str:
-    spec = {"version": RUN_VERSION, "dataset": dataset, "settings": asdict(settings), "schedule": asdict(schedule),
-            "labels": n_labeled, "seed": seed, "model": cfg.model, "width": cfg.width,
-            "n_validation": cfg.n_validation, "n_pool": cfg.n_pool, "n_test": cfg.n_test}
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 _DATA_CACHE: dict = {}
@@ -107,40 +114,46 @@ def _data(cfg: SSLBenchConfig, dataset: str, n_labeled: int, seed: int, device):
     return _DATA_CACHE[key]
 
 
+def method_settings(cfg: SSLBenchConfig, method: str, family: str):
+    """Oliver et al.'s tuned settings for `family`; LGA's from the config (LGA + VAT: VAT's tuned values)."""
+    from gradalign.training.protocols import oliver_settings
+
+    if method == "lga":
+        return cfg.lga
+    if method == "lga_vat":
+        return replace(cfg.lga, vat=oliver_settings("lga_vat", family).vat)
+    return oliver_settings(method, family)
+
+
 def ssl_run(cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_labeled: int, seed: int, device) -> dict:
-    """One training run, from the run store when it is there."""
-    from gradalign.atomic import json_cached
+    """One training run, from the run cache when it is there."""
     from gradalign.data.image_sets import image_set_info
-    from gradalign.environment import project_root
-    from gradalign.training.ssl import Schedule, oliver_settings, train_ssl
+    from gradalign.runcache import cached_run
+    from gradalign.training.ssl import train_ssl
 
-    overrides = {"lga_alpha_w": cfg.lga_alpha_w} if method.startswith("lga") else {}
-    settings = oliver_settings(method, family, **overrides)
-    schedule = Schedule(steps=cfg.steps, batch_labeled=cfg.batch_labeled, batch_unlabeled=cfg.batch_unlabeled,
-                        eval_every=cfg.eval_every)
-    folder = project_root() / "_build" / "checkpoints" / "lga.ssl"
-    key = run_key(cfg, dataset, settings, n_labeled, seed, schedule)
+    settings = method_settings(cfg, method, family)
+    spec = {"dataset": dataset, "method": method, "settings": settings.to_dict(), "protocol": cfg.protocol.to_dict(),
+            "labels": n_labeled, "seed": seed, "model": cfg.model, "width": cfg.width,
+            "n_validation": cfg.n_validation, "n_pool": cfg.n_pool, "n_test": cfg.n_test}
 
-    def train() -> dict:
+    def train(checkpoint) -> dict:
         data = _data(cfg, dataset, n_labeled, seed, device)
         info = image_set_info(dataset)
         torch.manual_seed(seed)
         model = _model(cfg, info.num_classes, info.channels).to(device)
-        out = train_ssl(model, settings, schedule, data, seed, checkpoint=folder / f"{key}.pt")
+        out = train_ssl(model, method, settings, cfg.protocol, data, seed, checkpoint=checkpoint)
         out.update(family=family, dataset=dataset, labels=n_labeled, data=data.description)
         return out
 
-    return json_cached(folder / f"{key}.json", train)
+    return cached_run("lga.ssl", spec, RUN_VERSION, train)
 
 
-def _unique_settings_families(methods, families) -> list[tuple[str, str]]:
+def _unique_settings_families(cfg: SSLBenchConfig, methods, families) -> list[tuple[str, str]]:
     """(method, family) pairs, one per distinct hyperparameter set (families differ only for VAT)."""
-    from gradalign.training.ssl import oliver_settings
-
     pairs, seen = [], set()
     for method in methods:
         for family in families:
-            settings = oliver_settings(method, family)
+            settings = method_settings(cfg, method, family)
             if settings not in seen:
                 seen.add(settings)
                 pairs.append((method, family))
@@ -164,7 +177,7 @@ def sweep(cfg: SSLBenchConfig, device) -> dict:
     """Per method and label count: the summary of the chosen family (lowest mean validation error)."""
     from gradalign.progress import progress
 
-    pairs = _unique_settings_families(cfg.methods, cfg.families)
+    pairs = _unique_settings_families(cfg, cfg.methods, cfg.families)
     jobs = [(m, f, n, s) for n in cfg.labels for s in range(cfg.seed, cfg.seed + cfg.seeds) for (m, f) in pairs]
     runs: dict = {}
     for m, f, n, s in progress(jobs, desc=f"{cfg.dataset} runs"):
@@ -208,7 +221,7 @@ def _figure_checks(table: dict, labels) -> dict:
 
 
 def _scope(cfg: SSLBenchConfig, paper_dataset: str) -> str:
-    full = cfg.model == "wrn28_2" and cfg.steps >= 500_000 and cfg.seeds >= 5 and cfg.n_pool == 0 and cfg.n_test == 0
+    full = cfg.model == "wrn28_2" and cfg.protocol.steps >= 500_000 and cfg.seeds >= 5 and cfg.n_pool == 0 and cfg.n_test == 0
     return "exact" if full and cfg.dataset == paper_dataset else "reduced"
 
 
@@ -226,8 +239,6 @@ def _figure(paper_dataset: str):
 
 def table1(cfg: TableConfig, device) -> dict:
     """Table 1: test error of every method at one label count per column."""
-    from dataclasses import replace
-
     columns = {}
     for dataset, family, n, n_validation in cfg.columns:
         sub = replace(cfg, dataset=dataset, families=(family,), labels=(n,), n_validation=n_validation)
@@ -260,16 +271,16 @@ def table1(cfg: TableConfig, device) -> dict:
 
 
 CPU = {}
-SMOKE = {"labels": (50, 100), "steps": 8, "eval_every": 4, "n_validation": 200, "n_pool": 400, "n_test": 200,
-         "width": 8, "batch_labeled": 20, "batch_unlabeled": 20}
-GPU = {"model": "wrn28_2", "steps": 20_000, "seeds": 2, "labels": (250, 1000, 4000), "n_validation": 5000,
-       "n_pool": 0, "n_test": 0, "eval_every": 1000}
+SMOKE = {"labels": (50, 100), "protocol.steps": 8, "protocol.eval_every": 4, "n_validation": 200, "n_pool": 400,
+         "n_test": 200, "width": 8, "protocol.batch_labeled": 20, "protocol.batch_unlabeled": 20}
+GPU = {"model": "wrn28_2", "protocol.steps": 20_000, "seeds": 2, "labels": (250, 1000, 4000), "n_validation": 5000,
+       "n_pool": 0, "n_test": 0, "protocol.eval_every": 1000}
 
 
 def _paper(dataset: str, labels, n_validation: int, families) -> dict:
-    return {"dataset": dataset, "families": families, "labels": labels, "model": "wrn28_2", "steps": 500_000,
-            "seeds": 5, "n_validation": n_validation, "n_pool": 0, "n_test": 0, "eval_every": 5000,
-            "lga_alpha_w": 1e-3}
+    return {"dataset": dataset, "families": families, "labels": labels, "model": "wrn28_2", "protocol.steps": 500_000,
+            "seeds": 5, "n_validation": n_validation, "n_pool": 0, "n_test": 0, "protocol.eval_every": 5000,
+            "lga.alpha_w": 1e-3}
 
 
 LABELS_PAPER = (250, 500, 1000, 2000, 4000, 8000)
@@ -281,7 +292,7 @@ CHOICES = {
     "lga": "T(i) = 1, alpha_theta = 1e-3, alpha_w = 1e-2 (cpu) / 1e-3 (paper), eps_norm = 1e-3: not stated in the paper",
     "selection": "test metrics at the evaluation with the lowest validation error (Oliver et al.'s model selection)",
 }
-SHARED_RUNS = "the training runs stored once for lga.fig5, fig6, fig7 and tab1 (_build/checkpoints/lga.ssl/)"
+SHARED_RUNS = "the training runs stored once for lga.fig5, fig6, fig7 and tab1 (run cache: lga.ssl)"
 FIG_NOTE = "cpu/gpu presets run on Fashion-MNIST with this figure's hyperparameter family (the paper: {})"
 
 EXPERIMENTS = [

@@ -1,8 +1,8 @@
 """LGA part, §3.2: the shells data set (Figure 2) and LGA against supervised Adam on it (Figures 3-4).
 
-Figures 3 and 4 come from the same trials; each trial is stored once under `_build/checkpoints`
-(keyed by the config), so whichever of the two runs first trains and the other reads it back, and an
-interrupted run resumes at the next trial. The data is float32 and small: it runs on the CPU whatever
+Figures 3 and 4 come from the same trials; each trial is stored once in the run cache (`runcache`,
+keyed by the trial's settings), so whichever of the two runs first trains and the other reads it back,
+and an interrupted study resumes at the next trial. The data is float32 and small: it runs on the CPU whatever
 device is asked for (a GPU would mostly add latency to a 40k-parameter MLP).
 """
 
@@ -14,9 +14,10 @@ import torch
 
 from gradalign.config import Config, require
 from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
+from gradalign.training.shells import ShellsTrialSettings
 
 NOTEBOOK = "notebooks/lga/03_synthetic_shells.ipynb"
-STUDY_VERSION = 1
+STUDY_VERSION = 2  # 2: test metrics from training.evaluate (float64 loss sums)
 
 
 @dataclass(frozen=True)
@@ -67,46 +68,30 @@ class ShellsStudyConfig(Config):
     unlabeled_factor: int = 5  # n_u = 5n = 25,000
     n_test: int = 5000  # our choice: the paper does not state the test set size
     trials: int = 12  # cpu: as many as fit ~10 minutes on two cores (the paper: 25)
-    steps: int = 3000  # our choice; the paper does not state its iterations
-    batch: int = 128  # our choice
-    lr: float = 1e-3  # Adam's default, for both algorithms (α_θ); Figure 1's value
-    alpha_w: float = 1e-2  # our choice
-    eps_norm: float = 1e-3  # Figure 1's value
-    labeled_weight: float = 1.0  # T(i): our choice, constant 1
-    eval_every: int = 150
-    hessian_points: int = 2000  # test points whose Hessian gives q1 (our choice, for time)
-    lanczos_iters: int = 20
+    trial: ShellsTrialSettings = ShellsTrialSettings()  # optimisation and measurement of each trial
 
     def validate(self) -> None:
         super().validate()
-        for name in ("d", "n", "n_test", "trials", "steps", "batch", "eval_every", "hessian_points", "lanczos_iters"):
+        for name in ("d", "n", "n_test", "trials", "unlabeled_factor"):
             require(self, name, getattr(self, name) >= 1, "must be >= 1")
-        require(self, "unlabeled_factor", self.unlabeled_factor >= 1, "must be >= 1")
-        require(self, "hessian_points", self.hessian_points <= self.n_test, "must be <= n_test")
-        require(self, "eval_every", self.eval_every <= self.steps, "must be <= steps")
-        for name in ("lr", "alpha_w", "eps_norm"):
-            require(self, name, getattr(self, name) > 0, "must be > 0")
-        require(self, "labeled_weight", self.labeled_weight >= 0, "must be >= 0")
+        require(self, "trial", self.trial.hessian_points <= self.n_test, "hessian_points must be <= n_test")
 
 
 def _trial(cfg: ShellsStudyConfig, k: int) -> dict:
-    """Both algorithms on trial k's data set (seed + k); read back from its checkpoint when stored."""
-    from gradalign.atomic import json_cached
+    """Both algorithms on trial k's data set (seed + k); read back from the run cache when stored."""
     from gradalign.data.shells import make_shells
-    from gradalign.environment import project_root
-    from gradalign.training.shells import TrialSettings, shells_trial
+    from gradalign.runcache import cached_run
+    from gradalign.training.shells import shells_trial
 
-    path = project_root() / "_build" / "checkpoints" / "lga.shells" / cfg.digest(STUDY_VERSION) / f"trial{k}.json"
+    seed = cfg.seed + k
+    spec = {"d": cfg.d, "n": cfg.n, "n_unlabeled": cfg.unlabeled_factor * cfg.n, "n_test": cfg.n_test, "seed": seed,
+            "trial": cfg.trial.to_dict()}
 
-    def train() -> dict:
-        seed = cfg.seed + k
+    def train(_checkpoint) -> dict:
         data = make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
-        settings = TrialSettings(steps=cfg.steps, batch=cfg.batch, lr=cfg.lr, alpha_w=cfg.alpha_w,
-                                 eps_norm=cfg.eps_norm, labeled_weight=cfg.labeled_weight, eval_every=cfg.eval_every,
-                                 hessian_points=cfg.hessian_points, lanczos_iters=cfg.lanczos_iters)
-        return {method: shells_trial(data, method, settings, seed) for method in ("supervised", "lga")}
+        return {method: shells_trial(data, method, cfg.trial, seed) for method in ("supervised", "lga")}
 
-    return json_cached(path, train)
+    return cached_run("lga.shells", spec, STUDY_VERSION, train)
 
 
 def _mean_std(rows: list[list[float]]) -> tuple[list[float], list[float]]:
@@ -186,10 +171,10 @@ def figure4(cfg: ShellsStudyConfig, device) -> dict:
     return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
 
 
-STUDY_SMOKE = {"d": 10, "n": 200, "n_test": 300, "trials": 2, "steps": 60, "eval_every": 20, "hessian_points": 300,
-               "lanczos_iters": 8, "batch": 32}
+STUDY_SMOKE = {"d": 10, "n": 200, "n_test": 300, "trials": 2,
+               "trial": {"steps": 60, "eval_every": 20, "hessian_points": 300, "lanczos_iters": 8, "batch": 32}}
 STUDY_PRESETS = {"smoke": STUDY_SMOKE, "cpu": {}, "gpu": {"trials": 25}, "paper": {"trials": 25}}
-SHARED_TRIALS = "the trials stored once for lga.fig3 and fig4 (_build/checkpoints/lga.shells/)"
+SHARED_TRIALS = "the trials stored once for lga.fig3 and fig4 (run cache: lga.shells)"
 STUDY_CHOICES = {
     "optimisation": "Adam (lr 1e-3, batch 128) for both; LGA: alpha_w 1e-2, eps_norm 1e-3, T(i) = 1; 3,000 steps",
     "test set": "5,000 test points; the Hessian for q1 uses the first 2,000 (Lanczos, 20 steps)",

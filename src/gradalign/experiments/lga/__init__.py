@@ -1,0 +1,5 @@
+"""LGA part (Jackson & Schulman 2019): one module per notebook."""
+
+from gradalign.experiments.lga import algorithm1, linear, shells, ssl_benchmark
+
+EXPERIMENTS = algorithm1.EXPERIMENTS + linear.EXPERIMENTS + shells.EXPERIMENTS + ssl_benchmark.EXPERIMENTS

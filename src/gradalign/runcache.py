@@ -1,0 +1,116 @@
+"""The run cache: sub-runs that several experiments share (a training run, a trial), computed once and verified on read.
+
+An entry is keyed by its kind, its spec (everything the computation depends on, as JSON) and a version
+bumped by hand when the computation's meaning changes: key = the first 16 hex digits of the sha256 of
+them. It lives at `<root>/runs/<kind>/<key>.json` with a digest of its content, written atomically as
+strict JSON, and is read back only when it parses, has this schema, kind, key, version and spec, and
+its digest matches; anything else is reported with a `RunCacheWarning` and recomputed. A computation
+may keep its in-progress checkpoint at `<key>.pt` beside the entry (deleted once the entry is written).
+root = `$GRADALIGN_CACHE`, else `${XDG_CACHE_HOME:-~/.cache}/gradalign`. Within `force_recompute()`
+(the CLI's --force) stored entries and checkpoints are ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from gradalign.atomic import StoredJSONError, content_digest, dumps_strict, read_json_strict, write_json_atomically
+from gradalign.errors import ConfigError
+
+SCHEMA = 1
+FIELDS = ("schema", "kind", "key", "version", "spec", "value", "digest")
+
+# Entries recomputed inside the current force_recompute() block (None outside one): read back, not redone.
+_FORCED: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("gradalign_force_recompute", default=None)
+
+
+class RunCacheWarning(UserWarning):
+    """A cached run was unusable and will be recomputed."""
+
+
+warnings.simplefilter("always", RunCacheWarning)
+
+
+def cache_root() -> Path:
+    """$GRADALIGN_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/gradalign; ConfigError when that is not a folder."""
+    if os.environ.get("GRADALIGN_CACHE"):
+        root, source = Path(os.environ["GRADALIGN_CACHE"]).expanduser(), "GRADALIGN_CACHE"
+    else:
+        root, source = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gradalign", "XDG_CACHE_HOME"
+    for folder in (root, *root.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise ConfigError(f"run cache {root} cannot be a folder: {folder} is a file; set {source} to a folder")
+            break
+    return root
+
+
+@contextlib.contextmanager
+def force_recompute() -> Iterator[None]:
+    """Within this block cached_run recomputes every entry once, ignoring stored entries and checkpoints."""
+    token = _FORCED.set(set())
+    try:
+        yield
+    finally:
+        _FORCED.reset(token)
+
+
+def run_key(kind: str, spec: dict, version: int) -> str:
+    """The entry's key: 16 hex digits of the sha256 of (kind, spec, version)."""
+    payload = json.dumps({"kind": kind, "spec": spec, "version": version}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def cached_run(kind: str, spec: dict, version: int, compute: Callable[[Path], object],
+               root: Path | None = None) -> Any:
+    """The stored value of this run, else `compute(checkpoint_path)` stored; the value as JSON reads it back."""
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", kind):
+        raise ValueError(f"run kind must be a plain name (letters, digits, _ . -); got {kind!r}")
+    spec = json.loads(dumps_strict(spec))  # tuples become lists, as the entry stores them
+    key = run_key(kind, spec, version)
+    folder = (root or cache_root()) / "runs" / kind
+    entry, checkpoint = folder / f"{key}.json", folder / f"{key}.pt"
+    forced = _FORCED.get()
+    if forced is not None and entry not in forced:
+        checkpoint.unlink(missing_ok=True)
+    elif entry.exists():
+        try:
+            return _read(entry, {"schema": SCHEMA, "kind": kind, "key": key, "version": version}, spec)
+        except StoredJSONError as err:
+            warnings.warn(f"ignoring cached run {entry}: {err}; it will be recomputed", RunCacheWarning, stacklevel=2)
+    folder.mkdir(parents=True, exist_ok=True)
+    value = json.loads(dumps_strict(compute(checkpoint)))
+    document = {"schema": SCHEMA, "kind": kind, "key": key, "version": version, "spec": spec, "value": value}
+    write_json_atomically(entry, {**document, "digest": content_digest(document)})
+    checkpoint.unlink(missing_ok=True)
+    if forced is not None:
+        forced.add(entry)
+    return value
+
+
+def _read(entry: Path, expected: dict, spec: dict) -> Any:
+    """The value stored in `entry`; StoredJSONError with the reason when anything does not check."""
+    document = read_json_strict(entry)
+    if not isinstance(document, dict):
+        raise StoredJSONError(f"is not a JSON object (a {type(document).__name__})")
+    missing = [name for name in FIELDS if name not in document]
+    if missing:
+        raise StoredJSONError(f"lacks {', '.join(missing)}")
+    for name, value in expected.items():
+        if document[name] != value:
+            raise StoredJSONError(f"has {name} {document[name]!r}, expected {value!r}")
+    if run_key(document["kind"], document["spec"], document["version"]) != document["key"]:
+        raise StoredJSONError("has a spec that does not hash to its key")
+    if document["spec"] != spec:
+        raise StoredJSONError("has a spec other than the one asked for")
+    if document["digest"] != content_digest(document):
+        raise StoredJSONError("has a digest that does not match its content (edited after it was computed)")
+    return document["value"]
