@@ -12,7 +12,7 @@ import json
 
 import torch
 
-from gradalign.analysis.lga_cost import measure_lga_cost
+from gradalign.benchmarks.lga_step import measure_lga_cost
 
 
 def main() -> None:

@@ -193,8 +193,8 @@ def test_cuda_without_cuda_is_one_line_error(no_compute, capsys):
 @pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5", "2000", "2 threads"])
 def test_bad_threads_variable_is_one_line_error(no_compute, capsys, monkeypatch, value):
     monkeypatch.setenv("GRADALIGN_THREADS", value)
-    line = assert_one_line_error(capsys, ["run", "lga.fig1", "--preset", "smoke"], "GRADALIGN_THREADS must be an integer",
-                                 store=no_compute)
+    argv = ["run", "lga.fig1", "--preset", "smoke"]
+    line = assert_one_line_error(capsys, argv, "GRADALIGN_THREADS must be an integer", store=no_compute)
     assert repr(value) in line
 
 
@@ -307,8 +307,8 @@ def _gradalign() -> list[str]:
 
 def test_list_piped_into_head_exits_0_without_traceback():
     command = " ".join(f"'{part}'" for part in _gradalign()) + " list | head -1"
-    result = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # each line its own write: head leaves mid-output
+    unbuffered = {**os.environ, "PYTHONUNBUFFERED": "1"}  # each line its own write: head leaves mid-output
+    result = subprocess.run(["bash", "-o", "pipefail", "-c", command], capture_output=True, text=True, env=unbuffered)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
 

@@ -2,6 +2,7 @@
 pass, the linear special case against `lga_linear`, claims that could fail, and bad inputs."""
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,9 +12,10 @@ import torch.nn.functional as F
 from gradalign.data.linear_regression import gaussian_problem
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.methods import lga_linear
-from gradalign.methods.lga import (LGASettings, double_backward_label_gradient, flat, init_lga,
-                                   jvp_label_gradient, lga_step, unlabeled_gradient)
-from gradalign.methods.pseudo_label import PseudoLabelSettings, init_pseudo_label, pseudo_label_step
+from gradalign.methods.lga import (LGASettings, double_backward_label_gradient, init_lga, jvp_label_gradient,
+                                   lga_step, unlabeled_gradient)
+from gradalign.methods.pseudo_label import PseudoLabelSettings, pseudo_label_step, pseudo_label_terms
+from gradalign.params import flat
 
 K = 5
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")  # torch's JVP rules
@@ -199,9 +201,28 @@ def test_divergence_names_step_and_quantity():
     lga_step(model, state, x_l, y_l, x_u, idx)
     with pytest.raises(DivergenceError, match="step 2: loss_labeled"):
         lga_step(model, state, x_l * float("nan"), y_l, x_u, idx)
-    pl = init_pseudo_label(model, PseudoLabelSettings(check_every=1))
-    with pytest.raises(DivergenceError, match="step 1: loss"):
-        pseudo_label_step(model, pl, x_l * float("inf"), y_l, x_u)
+
+
+def test_pseudo_label_divergence_is_stopped_by_the_loop_naming_step_and_quantity():
+    """Step functions no longer check finiteness themselves; the training loop does at each evaluation."""
+    from gradalign.data.ssl_data import SSLData
+    from gradalign.training.protocols import OliverProtocol
+    from gradalign.training.ssl import train_ssl
+
+    x, y = images(4, 17).float(), torch.arange(4)
+    bad = SSLData(x * float("inf"), y, torch.cat([x * float("inf"), images(4, 18).float()]), x, y, x, y,
+                  augment=lambda v, generator: v, num_classes=K)
+    torch.manual_seed(0)
+    model = small_cnn().float()
+    protocol = OliverProtocol(steps=3, batch_labeled=4, batch_unlabeled=4, eval_every=1)
+    with pytest.raises(DivergenceError, match="Pseudo-Label diverged at step 1: loss = nan"):
+        train_ssl(model, "pseudo_label", PseudoLabelSettings(), protocol, bad, seed=0)
+
+
+def _step_function_run(model: nn.Module, settings: PseudoLabelSettings) -> SimpleNamespace:
+    """What a step function reads (methods.semi_supervised): model, optimizer, settings, augment."""
+    return SimpleNamespace(model=model, settings=settings, augment=lambda x: x,
+                           optimizer=torch.optim.Adam(model.parameters(), lr=settings.lr))
 
 
 def test_pseudo_label_loss_masks_and_reduces_as_oliver_et_al():
@@ -211,12 +232,20 @@ def test_pseudo_label_loss_masks_and_reduces_as_oliver_et_al():
     logits = twin(torch.cat([x_l, x_u])).detach()
     expected_l = F.cross_entropy(logits[:4], y_l, reduction="sum") / 10
     expected_u = F.cross_entropy(logits[4:], logits[4:].argmax(-1), reduction="sum") / 10
+    ramp = 0.3
     model = small_cnn().train()
-    out = pseudo_label_step(model, init_pseudo_label(model, PseudoLabelSettings(threshold=1e-6, rampup_steps=0)),
-                            x_l, y_l, x_u)
+    out = pseudo_label_step(_step_function_run(model, PseudoLabelSettings(threshold=1e-6, weight=2.0)), ramp,
+                            x_l, y_l, x_u, torch.arange(6))
     torch.testing.assert_close(out["loss_labeled"], expected_l)
     torch.testing.assert_close(out["loss_unlabeled"], expected_u)
-    assert out["mask_rate"].item() == 1.0
+    torch.testing.assert_close(out["loss"], expected_l + 2.0 * ramp * expected_u)
+    terms, mask = pseudo_label_terms(logits[4:], 1e-6)
+    assert mask.tolist() == [1.0] * 6
+    torch.testing.assert_close(terms.sum() / 10, expected_u)
     model = small_cnn().train()
-    out = pseudo_label_step(model, init_pseudo_label(model, PseudoLabelSettings(threshold=1.0)), x_l, y_l, x_u)
-    assert out["mask_rate"].item() == 0.0 and out["loss_unlabeled"].item() == 0.0
+    out = pseudo_label_step(_step_function_run(model, PseudoLabelSettings(threshold=1.0)), 1.0, x_l, y_l, x_u,
+                            torch.arange(6))
+    terms, mask = pseudo_label_terms(logits[4:], 1.0)
+    assert not mask.any() and not terms.any()
+    assert out["loss_unlabeled"].item() == 0.0
+    torch.testing.assert_close(out["loss"], expected_l)

@@ -1,6 +1,7 @@
 """Deep Siamese training (Halvagal et al. 2022, §3, Table 1): VGG11, SimCLR augmentations, training loop."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -8,8 +9,12 @@ import torch.nn.functional as F
 
 from gradalign.data.augment import SimCLRAugment
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.methods.siamese import SiameseSettings, ema_rate, ema_update, learning_rate, train_siamese
 from gradalign.models.vgg import VGG11, VGG11_LAYERS, scaled_channels
+from gradalign.training import siamese
+from gradalign.training.checkpoint import load_checkpoint
+from gradalign.training.ema import ema_network_update
+from gradalign.training.schedules import cosine_ema_rate, warmup_cosine
+from gradalign.training.siamese import CURVES, SiameseSettings, train_siamese
 
 
 @pytest.fixture(autouse=True)
@@ -101,16 +106,16 @@ def test_ema_update_and_its_cosine_rate():
     torch.nn.init.normal_(online.weight), torch.nn.init.normal_(target.weight)
     online.running_mean.fill_(2.0)
     expected = 0.9 * target.weight.detach() + 0.1 * online.weight.detach()
-    ema_update(target, online, tau=0.9)
+    ema_network_update(target, online, tau=0.9)
     torch.testing.assert_close(target.weight.detach(), expected)
     assert torch.equal(target.running_mean, online.running_mean)
-    assert ema_rate(0, 100, 0.99) == pytest.approx(0.99)
-    assert ema_rate(50, 100, 0.99) == pytest.approx(0.995)
-    assert ema_rate(100, 100, 0.99) == pytest.approx(1.0)
+    assert cosine_ema_rate(0, 100, 0.99) == pytest.approx(0.99)
+    assert cosine_ema_rate(50, 100, 0.99) == pytest.approx(0.995)
+    assert cosine_ema_rate(100, 100, 0.99) == pytest.approx(1.0)
 
 
 def test_learning_rate_warms_up_then_decays_to_zero():
-    lrs = [learning_rate(k, 100, 10, 0.1) for k in range(101)]
+    lrs = [warmup_cosine(k, 100, 10, 0.1) for k in range(101)]
     assert lrs[0] == pytest.approx(0.01) and lrs[9] == pytest.approx(0.1) and lrs[10] == pytest.approx(0.1)
     assert lrs[100] == pytest.approx(0.0, abs=1e-12) and lrs[55] == pytest.approx(0.05)
 
@@ -130,38 +135,86 @@ def test_training_lowers_the_symmetrised_loss(loss, ema):
     assert 0 <= result["probe_test_acc"] <= 1 and len(result["final_spectrum"]) == settings.projector_dim
 
 
-def test_resumed_run_is_bitwise_identical_to_an_uninterrupted_one(tmp_path):
+def _recording_runs(monkeypatch) -> list:
+    """Every SiameseRun that train_siamese builds, kept for inspection after the call."""
+    runs = []
+
+    class Recording(siamese.SiameseRun):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            runs.append(self)
+
+    monkeypatch.setattr(siamese, "SiameseRun", Recording)
+    return runs
+
+
+def _without_times(state: dict) -> dict:
+    return {k: v for k, v in state.items() if k != "epoch_seconds"}
+
+
+def _assert_identical(a, b, where=""):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            _assert_identical(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            _assert_identical(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, (where, a, b)
+
+
+def test_resumed_run_is_bitwise_identical_to_an_uninterrupted_one(tmp_path, monkeypatch):
+    """Two calls of one epoch each (`max_epochs_this_call=1`, one checkpoint) against one call of two."""
     images, labels = toy_images(128)
     test = (images[:40], labels[:40])
+    runs = _recording_runs(monkeypatch)
     whole = train_siamese(images, labels, *test, TINY, checkpoint=tmp_path / "whole.pt")
     first = train_siamese(images, labels, *test, TINY, checkpoint=tmp_path / "split.pt", max_epochs_this_call=1)
     assert not first["complete"] and first["epochs_done"] == 1 and first["probe_test_acc"] is None
+    assert first["steps"] == 128 // 32 and first["curves"]["loss"] == whole["curves"]["loss"][:1]
+    header = json.loads((tmp_path / "split.pt").read_bytes().partition(b"\n")[0])
+    assert load_checkpoint(tmp_path / "split.pt", header["fingerprint"])["loop"]["step"] == 128 // 32
     resumed = train_siamese(images, labels, *test, TINY, checkpoint=tmp_path / "split.pt")
+    assert resumed["complete"] and resumed["epochs_done"] == 2 and resumed["steps"] == whole["steps"]
+    assert list(resumed["curves"]) == list(CURVES) and len(resumed["curves"]["loss"]) == 2
     assert resumed["curves"] == whole["curves"]
-    assert resumed["probe_test_acc"] == whole["probe_test_acc"]
+    assert resumed["probe_test_acc"] == whole["probe_test_acc"] is not None
+    assert resumed["readout_test_acc"] == whole["readout_test_acc"]
     assert resumed["final_spectrum"] == whole["final_spectrum"]
-    a, b = (torch.load(tmp_path / name, weights_only=True)["run"] for name in ("whole.pt", "split.pt"))
-    for part in ("net", "target", "readout"):
-        assert a[part].keys() == b[part].keys()
-        assert all(torch.equal(a[part][k], b[part][k]) for k in a[part])
-    assert torch.equal(a["predictor"]["C"], b["predictor"]["C"]) and torch.equal(a["generator"], b["generator"])
-    with pytest.raises(ConfigError, match="settings lr differ"):
+    assert len(resumed["epoch_seconds"]) == 2  # the first call's epoch comes back with the checkpoint
+    # every parameter, buffer, optimizer moment, the predictor's correlation and the generator, at the end
+    whole_run, resumed_run = runs[0], runs[2]
+    assert whole_run.target is not None  # TINY trains with the EMA target: it is compared too
+    _assert_identical(_without_times(resumed_run.state_dict()), _without_times(whole_run.state_dict()))
+    with pytest.raises(ConfigError, match="another run"):
         train_siamese(images, labels, *test, dataclasses.replace(TINY, lr=0.2), checkpoint=tmp_path / "split.pt")
-    with pytest.raises(ConfigError, match="data"):
+    with pytest.raises(ConfigError, match="another run"):  # other data
         train_siamese(images.flip(0), labels, *test, TINY, checkpoint=tmp_path / "split.pt")
 
 
-@pytest.mark.parametrize("change, match", [
-    (dict(loss="nope"), "unknown loss"),
-    (dict(batch_size=500), "batch_size"),
-    (dict(warmup_epochs=2), "warmup_epochs"),
-    (dict(predictor_tau=1.0), "predictor_tau"),
-    (dict(crop_scale_min=0.0), "crop_scale_min"),
+@pytest.mark.parametrize("change, match, at_construction", [
+    (dict(loss="nope"), "unknown loss", True),
+    (dict(batch_size=1), "batch_size", True),
+    (dict(batch_size=500), "batch_size", False),  # more than the 64 training images: known at training time
+    (dict(warmup_epochs=2), "warmup_epochs", True),
+    (dict(predictor_tau=1.0), "predictor_tau", True),
+    (dict(crop_scale_min=0.0), "crop_scale_min", True),
 ])
-def test_bad_settings_raise_config_error(change, match):
+def test_bad_settings_raise_config_error(change, match, at_construction):
     images, labels = toy_images(64)
+    if at_construction:  # validated by the constructor: no SiameseSettings with a bad value can exist
+        with pytest.raises(ConfigError, match=match):
+            dataclasses.replace(TINY, **change)
+        return
+    settings = dataclasses.replace(TINY, **change)
     with pytest.raises(ConfigError, match=match):
-        train_siamese(images, labels, images, labels, dataclasses.replace(TINY, **change))
+        settings.check(len(images))
+    with pytest.raises(ConfigError, match=match):
+        train_siamese(images, labels, images, labels, settings)
 
 
 def test_bad_data_raises_config_error():
@@ -174,5 +227,6 @@ def test_bad_data_raises_config_error():
 
 def test_absurd_learning_rate_raises_divergence_error():
     images, labels = toy_images(64)
-    with pytest.raises(DivergenceError, match=r"at step \d+ is NaN or Inf"):
+    with pytest.raises(DivergenceError, match=r"Siamese training diverged at step \d+: "
+                                              r"the (previous loss|projector correlation) = "):
         train_siamese(images, labels, images, labels, dataclasses.replace(TINY, lr=1e30, warmup_epochs=0))

@@ -4,8 +4,9 @@ import os
 import pytest
 
 from gradalign import runner
-from gradalign.experiments import EXPERIMENTS
+from gradalign.experiments import EXPERIMENTS, check, outcome
 from gradalign.results import SCHEMA, RecordWarning, ResultStore, record_digest
+from gradalign.verdict import derive_verdict
 
 
 def count_runs(monkeypatch, element_id="lga.alg1"):
@@ -94,3 +95,16 @@ def test_auto_prefers_the_largest_stored_preset(store, monkeypatch):
 def test_store_root_follows_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "elsewhere"))
     assert ResultStore().root == tmp_path / "elsewhere"
+
+
+def test_verdict_follows_from_the_checks_and_the_scope():
+    good, bad = check(True, 1, "rule", "claim"), check(False, 2, "rule", "claim")
+    assert derive_verdict({"a": good}, "exact") == {"status": "reproduced", "failed": []}
+    assert derive_verdict({"a": good}, "reduced")["status"] == "reproduced qualitatively at reduced scale"
+    for scope in ("exact", "reduced"):
+        assert derive_verdict({"a": good, "b": bad}, scope) == {"status": "not reproduced", "failed": ["b"]}
+    with pytest.raises(ValueError, match="scope must be one of exact, reduced; got 'full'"):
+        derive_verdict({"a": good}, "full")
+    result = outcome({"a": good, "b": bad}, {"m": 1}, scope="reduced")
+    assert result == {"metrics": {"m": 1}, "curves": {}, "checks": {"a": good, "b": bad}, "scope": "reduced",
+                      "verdict": {"status": "not reproduced", "failed": ["b"]}}

@@ -130,6 +130,14 @@ def test_reports_skip_damaged_records_silently(store, name):
         assert [r["digest"] for r in store.records(ELEMENT)] == [other["digest"]]
 
 
+def test_reports_skip_a_record_filed_under_another_id(store):
+    record, path = _stored(store)
+    elsewhere = store.path("lga.fig1", "smoke", record["config_hash"])
+    elsewhere.parent.mkdir(parents=True)
+    elsewhere.write_bytes(path.read_bytes())
+    assert list(store.records("lga.fig1")) == [] and len(list(store.records(ELEMENT))) == 1
+
+
 def test_save_refuses_non_finite_numbers_and_keeps_the_old_file(store):
     record, path = _stored(store)
     before, digest = path.read_bytes(), record["digest"]

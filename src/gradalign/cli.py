@@ -205,7 +205,8 @@ def parser() -> argparse.ArgumentParser:
                    help="print the resolved config (every dotted name --set accepts) and exit without computing")
     r.set_defaults(func=cmd_run)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")
-    b.add_argument("--preset", default="auto", help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper")
+    b.add_argument("--preset", default="auto",
+                   help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper")
     b.add_argument("--out", default="_build", help="build folder (default: _build; the book lands in _build/html)")
     b.add_argument("--force", action="store_true", help="re-execute every notebook")
     b.set_defaults(func=cmd_book)

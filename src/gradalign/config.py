@@ -152,7 +152,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"override {text!r} must look like key=value (e.g. steps=100 or trial.lr=3e-4)")
     try:
         return key, json.loads(raw, parse_constant=_reject_constant)
-    except (json.JSONDecodeError, ValueError):
+    except ValueError:  # not JSON (json.JSONDecodeError is a ValueError), or NaN/Infinity
         return key, raw
 
 
@@ -279,11 +279,9 @@ def _convert_tuple(args: tuple, value: Any) -> tuple:
         return tuple(_deep_tuple(v) for v in value)
     if len(args) == 2 and args[1] is Ellipsis:
         return tuple(_convert(args[0], v) for v in value)
-    if args == ((),):  # tuple[()]
-        args = ()
     if len(value) != len(args):
         raise _Mismatch
-    return tuple(_convert(a, v) for a, v in zip(args, value))
+    return tuple(_convert(a, v) for a, v in zip(args, value, strict=True))
 
 
 def _deep_tuple(value: Any) -> Any:

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from gradalign.config import Settings, require
 from gradalign.errors import ConfigError
 
 _PRESETS = {
@@ -39,20 +40,16 @@ def translate_reflect(x: Tensor, dy: Tensor, dx: Tensor, pad: int) -> Tensor:
 
 
 @dataclass(frozen=True)
-class SSLAugment:
+class SSLAugment(Settings):
     """Random flip / translation / Gaussian noise of Oliver et al.; `for_dataset` gives their settings."""
 
     translate: int = 2
     flip: bool = False
     noise_std: float = 0.0
 
-    def __post_init__(self) -> None:
-        if isinstance(self.translate, bool) or not isinstance(self.translate, int) or self.translate < 0:
-            raise ConfigError(f"translate must be an integer >= 0, got {self.translate!r}")
-        if not isinstance(self.flip, bool):
-            raise ConfigError(f"flip must be True or False, got {self.flip!r}")
-        if not self.noise_std >= 0:
-            raise ConfigError(f"noise_std must be >= 0, got {self.noise_std!r}")
+    def validate(self) -> None:
+        require(self, "translate", self.translate >= 0, "must be >= 0")
+        require(self, "noise_std", self.noise_std >= 0, "must be >= 0")
 
     def __call__(self, x: Tensor, generator: torch.Generator | None = None) -> Tensor:
         """A fresh random augmentation of x (N, C, H, W); `generator` must live on x's device.

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, jvp
 
 from gradalign.divergence import raise_if_not_finite
+from gradalign.config import Settings, require
 from gradalign.errors import ConfigError
 from gradalign.params import adam, flat, replayed_rng, rng_snapshot, trainable, unflatten
 
@@ -49,7 +50,7 @@ class ConstantWeight:
 
 
 @dataclass(frozen=True)
-class LGASettings:
+class LGASettings(Settings):
     """Every hyperparameter of Algorithm 1. The paper states only Figure 1's α_θ = α_w = ε_norm = 1e-3."""
 
     task: str = "classification"  # f = softmax + cross entropy; "regression": f = identity + ½‖y − out‖²
@@ -64,16 +65,16 @@ class LGASettings:
     adam_eps: float = 1e-8  # Adam's default (also TensorFlow's, the authors' framework)
     check_every: int = 50  # steps between NaN/Inf checks (one host sync each); 0 = never
 
-    def __post_init__(self):
-        _require(self.task in TASKS, f"task must be one of {TASKS}; got {self.task!r}")
-        _require(self.optimizer in OPTIMIZERS, f"optimizer must be one of {OPTIMIZERS}; got {self.optimizer!r}")
+    def validate(self) -> None:
+        require(self, "task", self.task in TASKS, f"must be one of {TASKS}")
+        require(self, "optimizer", self.optimizer in OPTIMIZERS, f"must be one of {OPTIMIZERS}")
         for name in ("alpha_theta", "alpha_w", "eps_norm", "adam_eps"):
-            _require(getattr(self, name) >= 0, f"{name} must be >= 0; got {getattr(self, name)!r}")
-        for name, value in (("grad_ema_decay", self.grad_ema_decay), ("norm_ema_decay", self.norm_ema_decay),
-                            ("adam_betas[0]", self.adam_betas[0]), ("adam_betas[1]", self.adam_betas[1])):
-            _require(0 <= value < 1, f"{name} must be in [0, 1); got {value!r}")
-        _require(callable(self.labeled_weight), "labeled_weight must be a function of the step, T(i)")
-        _require(self.check_every >= 0, f"check_every must be >= 0; got {self.check_every!r}")
+            require(self, name, getattr(self, name) >= 0, "must be >= 0")
+        for name in ("grad_ema_decay", "norm_ema_decay"):
+            require(self, name, 0 <= getattr(self, name) < 1, "must be in [0, 1)")
+        require(self, "adam_betas", all(0 <= b < 1 for b in self.adam_betas), "must lie in [0, 1)")
+        require(self, "labeled_weight", callable(self.labeled_weight), "must be a function of the step, T(i)")
+        require(self, "check_every", self.check_every >= 0, "must be >= 0")
 
 
 @dataclass

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradalign.analysis.gradient_descent import least_squares_gradient
+from gradalign.methods.gradient_descent import least_squares_gradient
 from gradalign.data.linear_regression import LinearProblem
 from gradalign.errors import DivergenceError
 from gradalign.progress import progress
