@@ -8,7 +8,7 @@ import pytest
 
 from gradalign.book import build_book, library_closure, toc_files
 from gradalign.environment import project_root
-from gradalign.registry import ELEMENTS
+from gradalign.elements import ELEMENTS
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from gradalign.cli import main
-from gradalign.registry import ELEMENTS
+from gradalign.elements import ELEMENTS
 
 
 def test_list_shows_all_46_elements_with_status(capsys):

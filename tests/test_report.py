@@ -4,7 +4,7 @@ import pytest
 
 from gradalign.comparison import COMPARISONS, paper_vs_ours
 from gradalign.papers import ISOLOSS_TABLE1, LGA_TABLE1
-from gradalign.registry import ELEMENTS
+from gradalign.elements import ELEMENTS
 from gradalign.report import report_markdown
 from gradalign.results import ResultStore
 from gradalign.training.ssl import TITLES

@@ -20,9 +20,7 @@ from gradalign.data.shells import make_shells
 from gradalign.data.ssl_augment import SSLAugment
 from gradalign.data.ssl_data import SSLData, subset
 from gradalign.errors import ConfigError
-from gradalign.methods.mean_teacher import MeanTeacherSettings
 from gradalign.methods.supervised import SupervisedSettings
-from gradalign.methods.vat import VATSettings
 from gradalign.models.mlp import relu_mlp
 from gradalign.models.small_cnn import SmallCNN
 from gradalign.training import ssl
@@ -157,10 +155,6 @@ def test_oliver_settings_overrides_and_errors():
     assert ssl.TITLES == {name: m.title for name, m in METHODS.items()}
 
 
-@pytest.mark.xfail(raises=TypeError, strict=True,
-                   reason="src bug: oliver_settings calls the settings class directly, so a name that is not a field "
-                          "raises TypeError; fix: return config.construct(type(settings), {...}) in "
-                          "training/protocols.py (one-line ConfigError naming the fields)")
 def test_oliver_settings_unknown_override_is_a_config_error():
     with pytest.raises(ConfigError, match="weight"):
         oliver_settings("supervised", "cifar", weight=1.0)  # not a field of SupervisedSettings

@@ -16,6 +16,7 @@ from test_store import count_runs
 from gradalign import runner
 from gradalign.atomic import NonFiniteValueError, dumps_strict, loads_strict, write_atomically
 from gradalign.results import RecordWarning, record_digest
+from gradalign.verdict import derive_verdict
 
 ELEMENT = "lga.fig2"  # cheap at smoke, three checks, metrics and curves
 
@@ -84,11 +85,13 @@ DAMAGE = {  # name: (damage(path), the reason the warning must give)
     "metric edited": (_edit(_set("metrics", "class_counts", 0, value=100), forge_digest=False),
                       "has a digest that does not match its content"),
     "verdict edited": (_edit(_edit_verdict, forge_digest=False),
-                       r"has a verdict that does not follow from its checks \('not reproduced' stored, 'reproduced'"),
+                       r"does not follow from its checks "
+                       r"\(stored: not reproduced, failing radii_follow_eq14; derived: reproduced\)"),
     "verdict and digest forged": (_edit(_edit_verdict), "has a verdict that does not follow from its checks"),
     "NaN": (_literal("metrics", "points_near_boundaries", 0, text="NaN"),
             r"holds NaN at metrics\.points_near_boundaries\[0\]"),
-    "-Infinity": (_literal("metrics", "class_counts", 2, text="-Infinity"), r"holds -Infinity at metrics\.class_counts\[2\]"),
+    "-Infinity": (_literal("metrics", "class_counts", 2, text="-Infinity"),
+                  r"holds -Infinity at metrics\.class_counts\[2\]"),
     "overflow": (_literal("curves", "x", 3, 1, text="1e999"), r"holds 1e999 at curves\.x\[3\]\[1\]"),
     "malformed checks": (_edit(_set("checks", "classes_balanced", "passed", value="yes")), "has malformed checks"),
     "unknown scope": (_edit(_set("scope", value="full")), "has scope 'full', expected one of exact, reduced"),
@@ -151,6 +154,25 @@ def test_save_refuses_non_finite_numbers_and_keeps_the_old_file(store):
         store.save(record)
     assert path.read_bytes() == before and record["digest"] == digest
     assert not list(path.parent.glob("*.tmp"))
+
+
+def test_failed_checks_in_any_order_load_back(store):
+    """Stored checks come back key-sorted; a verdict listing its failed checks in the outcome's order still matches."""
+    record, _ = _stored(store)
+    failing = {"z_last": False, "a_first": False}
+    record["checks"].update({name: {"passed": passed, "value": 0, "rule": "r", "claim": "c"}
+                             for name, passed in failing.items()})
+    record["verdict"] = derive_verdict(record["checks"], record["scope"])
+    assert record["verdict"]["failed"] == ["z_last", "a_first"]
+    store.save(record)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _load(store, record)["verdict"]["failed"] == ["z_last", "a_first"]
+    record["verdict"]["failed"] = ["a_first"]
+    store.path(ELEMENT, "smoke", record["config_hash"]).write_text(json.dumps(record, sort_keys=True))
+    reason = r"\(stored: not reproduced, failing a_first; derived: not reproduced, failing a_first, z_last\)"
+    with pytest.warns(RecordWarning, match=reason):
+        assert _load(store, record) is None
 
 
 def test_save_refuses_a_verdict_that_does_not_follow_from_the_checks(store):

@@ -22,14 +22,15 @@ from gradalign.errors import ConfigError, GradalignError
 
 def cmd_list(args) -> int:
     from gradalign.experiments import EXPERIMENTS
-    from gradalign.registry import ELEMENTS, PARTS, status
+    from gradalign.elements import ELEMENTS, PARTS
+    from gradalign.runner import element_status
 
     for part, title in PARTS.items():
         print(f"\n{title}")
         for element in (e for e in ELEMENTS.values() if e.part == part):
             exp = EXPERIMENTS.get(element.id)
             note = f"  [{exp.note}]" if exp and exp.note else ""
-            print(f"  {element.id:<16} {status(element.id):<14} {element.title}{note}")
+            print(f"  {element.id:<16} {element_status(element.id):<14} {element.title}{note}")
     return 0
 
 

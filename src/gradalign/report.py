@@ -5,9 +5,9 @@ from __future__ import annotations
 from gradalign.comparison import paper_vs_ours
 from gradalign.config import PRESET_ORDER_FOR_BOOK
 from gradalign.experiments import EXPERIMENTS
-from gradalign.registry import ELEMENTS, PARTS, status
+from gradalign.elements import ELEMENTS, PARTS
 from gradalign.results import ResultStore
-from gradalign.runner import stored_record
+from gradalign.runner import element_status, stored_record
 
 
 def shown_record(element_id: str, preset: str, store: ResultStore) -> dict | None:
@@ -64,7 +64,7 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None) -> s
         body += [f"## {title}", "", "| id | element | status | verdict | preset | hardware | paper vs ours, or checks |",
                  "| --- | --- | --- | --- | --- | --- | --- |"]
         for element in (e for e in ELEMENTS.values() if e.part == part):
-            state = status(element.id)
+            state = element_status(element.id)
             counts[state] += 1
             record = shown_record(element.id, preset, store)
             if record is None:

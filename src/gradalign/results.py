@@ -123,10 +123,24 @@ def _content_problem(record: dict) -> str | None:
         return "has malformed checks (each must be an object with a true/false 'passed')"
     if record["scope"] not in SCOPES:
         return f"has scope {record['scope']!r}, expected one of {', '.join(SCOPES)}"
-    derived = derive_verdict(checks, record["scope"])
-    if record["verdict"] != derived:
-        stored = record["verdict"].get("status") if isinstance(record["verdict"], dict) else record["verdict"]
-        return f"has a verdict that does not follow from its checks ({stored!r} stored, {derived['status']!r} derived)"
+    derived, stored = derive_verdict(checks, record["scope"]), record["verdict"]
+    if not _same_verdict(stored, derived):
+        return (f"has a verdict that does not follow from its checks "
+                f"(stored: {_describe(stored)}; derived: {_describe(derived)})")
     if record["digest"] != record_digest(record):
         return "has a digest that does not match its content (edited after it was computed)"
     return None
+
+
+def _same_verdict(stored: object, derived: dict) -> bool:
+    """Equal status and the same failed checks, in any order (stored checks are key-sorted, outcomes are not)."""
+    return isinstance(stored, dict) and set(stored) == set(derived) and stored["status"] == derived["status"] \
+        and isinstance(stored["failed"], list) and sorted(map(str, stored["failed"])) == sorted(derived["failed"])
+
+
+def _describe(verdict: object) -> str:
+    """`not reproduced, failing a, b` for a message."""
+    if not isinstance(verdict, dict):
+        return repr(verdict)
+    failed = verdict.get("failed")
+    return f"{verdict.get('status')}, failing {', '.join(map(str, failed))}" if failed else str(verdict.get("status"))

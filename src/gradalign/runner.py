@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
@@ -9,14 +10,19 @@ from gradalign.config import PRESET_ORDER_FOR_BOOK, check_preset
 from gradalign.environment import provenance
 from gradalign.experiments import get
 from gradalign.results import SCHEMA, ResultStore, part_of
-from gradalign.runtime import pin_threads, seed_everything, select_device
+from gradalign.runcache import force_recompute
+from gradalign.runtime import check_device, pin_threads, seed_everything, select_device
 
 
 def run(element_id: str, preset: str, overrides: dict[str, Any] | None = None, *, force: bool = False,
         store: ResultStore | None = None, device: str = "auto") -> dict:
-    """The record of `element_id` at `preset`: loaded when stored with the same key, else computed and saved."""
+    """The record of `element_id` at `preset`: loaded when stored with the same key, else computed and saved.
+
+    `force`: recompute the record and every cached sub-run it reads (the run cache), from scratch.
+    """
     exp = get(element_id)
     cfg = exp.resolve(preset, overrides)  # validates before any compute
+    check_device(device)
     store = store or ResultStore()
     digest = cfg.digest(exp.version)
     if not force:
@@ -27,7 +33,8 @@ def run(element_id: str, preset: str, overrides: dict[str, Any] | None = None, *
     pin_threads()
     seed_everything(cfg.seed)
     start = time.perf_counter()
-    result = exp.run(cfg, dev)
+    with force_recompute() if force else contextlib.nullcontext():
+        result = exp.run(cfg, dev)
     wall = time.perf_counter() - start
     record = {
         "schema": SCHEMA, "id": element_id, "part": part_of(element_id), "preset": preset,
@@ -55,6 +62,16 @@ def best_stored_preset(element_id: str, overrides: dict[str, Any] | None = None,
         if stored_record(element_id, preset, overrides, store) is not None:
             return preset
     return None
+
+
+def element_status(element_id: str) -> str:
+    """built / partial (the experiment is registered) or not yet built."""
+    from gradalign.elements import element
+    from gradalign.experiments import EXPERIMENTS
+
+    element(element_id)
+    experiment = EXPERIMENTS.get(element_id)
+    return experiment.status if experiment else "not yet built"
 
 
 def load_or_run(element_id: str, preset: str = "auto", overrides: dict[str, Any] | None = None,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gradalign.errors import ConfigError
 from gradalign.experiments.base import Experiment, check, outcome  # noqa: F401
-from gradalign.registry import element
+from gradalign.elements import element
 
 
 def _collect() -> dict[str, Experiment]:

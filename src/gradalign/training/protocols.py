@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gradalign.config import Settings, require
+from gradalign.config import Settings, construct, require
 from gradalign.errors import ConfigError
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
 from gradalign.methods.mean_teacher import MeanTeacherSettings
@@ -77,4 +77,4 @@ def oliver_settings(method: str, family: str = "cifar", **overrides) -> Settings
     if method not in table:
         raise ConfigError(f"unknown method {method!r}; choose one of: {', '.join(table)}")
     settings = table[method]()
-    return type(settings)(**{**{f: getattr(settings, f) for f in settings.__dataclass_fields__}, **overrides})
+    return construct(type(settings), {**{f: getattr(settings, f) for f in settings.__dataclass_fields__}, **overrides})

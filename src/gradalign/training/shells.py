@@ -9,6 +9,7 @@ at θ_s (Lanczos on Hessian-vector products, `analysis.hessian`), then test erro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +19,7 @@ from gradalign.analysis.hessian import alignment, model_hessian_top_eigenvector
 from gradalign.config import Settings, require
 from gradalign.data.shells import N_CLASSES, ShellsData
 from gradalign.divergence import raise_if_not_finite
-from gradalign.errors import ConfigError
+from gradalign.errors import ConfigError, DivergenceError
 from gradalign.methods.lga import ConstantWeight, LGASettings, init_lga, lga_step
 from gradalign.models.mlp import relu_mlp
 from gradalign.params import adam, flat
@@ -27,6 +28,9 @@ from gradalign.training.evaluate import classification_metrics
 from gradalign.training.streams import IndexStream
 
 METHODS = ("supervised", "lga")
+DIVERGED_LOSS = 100 * math.log(N_CLASSES)
+"""A test loss above 100x that of a uniform guess counts as diverged (our choice): Adam's bounded steps keep
+a blown-up network finite, so a NaN check alone lets losses of 1e13 through."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,9 @@ class ShellsRun:
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last: dict[str, torch.Tensor]) -> dict[str, float]:
         error, loss = classification_metrics(self.model, self.data.x_test, self.data.y_test)
+        if not loss < DIVERGED_LOSS:
+            raise DivergenceError(f"shells {self.method} diverged at step {t - 1}: test_loss = {loss:.3g} "
+                                  f"(over 100x the chance loss ln {N_CLASSES}); lower the learning rate")
         values = {"alignment": float(last["alignment"]), "test_accuracy": 1 - error / 100, "test_loss": loss,
                   "eigenvalue": float(last["eigenvalue"])}
         if self.method == "lga":

@@ -36,6 +36,41 @@ def algorithm1(cfg: GradientCheckConfig, device) -> dict:
     return outcome(checks, {**linear["metrics"], **classification["metrics"]}, classification["curves"])
 
 
+def algorithm1_classification_checks(rel_gap: float, bn_moved: float, pass_moved: float, cost_ratio: float,
+                                     imputed_accuracy: float) -> dict[str, dict]:
+    """The classification form's checks: JVP against double backward (relative gap), the largest move of a BN
+    running statistic by the JVP and by the ordinary pass, LGA's step cost over Pseudo-Label's, and the final
+    accuracy of the imputed labels of the worked example."""
+    return {
+        "jvp_matches_double_backward": check(rel_gap < 1e-9, rel_gap, "max |JVP - double backward| / max |ref| < 1e-9 (float64)",
+                                             "the w-gradient (2/B) J u of one forward-mode JVP equals autograd's double backward"),
+        "jvp_leaves_bn_statistics": check(bn_moved == 0.0 and pass_moved > 0, {"jvp": bn_moved, "g_u pass": pass_moved},
+                                          "the JVP moves no BN running statistic (the ordinary pass does)",
+                                          "the JVP pass must not change BatchNorm running statistics"),
+        "lga_step_cost": check(cost_ratio <= 1.6, cost_ratio,
+                               "median LGA step / median Pseudo-Label step <= 1.6 (CPU)",
+                               "an LGA step costs at most 1.6 Pseudo-Label steps (the issue's target)"),
+        "imputed_labels_learn": check(imputed_accuracy > 0.4, imputed_accuracy,
+                                      "accuracy of argmax f(w) on the unlabeled points > 0.4 (chance 0.2)",
+                                      "Algorithm 1 imputes informative labels for the unlabeled data"),
+    }
+
+
+def algorithm1_linear_checks(grad_gap: float, label_gap: float, eq25_gap: float, invariance: float) -> dict[str, dict]:
+    """The linear form's checks from the measured gaps to autograd and the change under parameter rescaling."""
+    return {
+        "label_gradients_match_autograd": check(grad_gap < 1e-12, grad_gap, "max |g_l - g_u (Eq. 15-16) - autograd| < 1e-12",
+                                                "Eq. 15-16"),
+        "imputed_label_gradient_matches_double_backward": check(
+            label_gap < 1e-10, label_gap, "max |Eq. 25 with eps_norm - double backward| < 1e-10",
+            "the w-gradient of the normalized distance, stop-gradient in the normalizer (Eq. 22-25)"),
+        "eq25_without_eps_matches_autograd": check(eq25_gap < 1e-10, eq25_gap, "relative gap < 1e-10", "Eq. 25 as printed"),
+        "invariant_to_parameter_scaling": check(invariance < 1e-8, invariance,
+                                                "relative change of the y_u-gradient under theta_k -> s_k theta_k < 1e-8",
+                                                "Eq. 2 makes the metric invariant to each parameter's scale"),
+    }
+
+
 def algorithm1_classification(cfg: GradientCheckConfig, device) -> dict:
     from gradalign.benchmarks.lga_step import measure_lga_cost
     from gradalign.data.shells import make_shells
@@ -71,19 +106,8 @@ def algorithm1_classification(cfg: GradientCheckConfig, device) -> dict:
                              hessian_points=200, lanczos_iters=5)
     runs = {m: shells_trial(data, m, settings, cfg.seed) for m in ("supervised", "lga")}
     imputed = runs["lga"]["imputed_accuracy"]
-    checks = {
-        "jvp_matches_double_backward": check(rel_gap < 1e-9, rel_gap, "max |JVP - double backward| / max |ref| < 1e-9 (float64)",
-                                             "the w-gradient (2/B) J u of one forward-mode JVP equals autograd's double backward"),
-        "jvp_leaves_bn_statistics": check(bn_moved == 0.0 and pass_moved > 0, {"jvp": bn_moved, "g_u pass": pass_moved},
-                                          "the JVP moves no BN running statistic (the ordinary pass does)",
-                                          "the JVP pass must not change BatchNorm running statistics"),
-        "lga_step_cost": check(cost["lga_over_pseudo_label"] <= 1.6, cost["lga_over_pseudo_label"],
-                               "median LGA step / median Pseudo-Label step <= 1.6 (CPU)",
-                               "an LGA step costs at most 1.6 Pseudo-Label steps (the issue's target)"),
-        "imputed_labels_learn": check(imputed[-1] > 0.4, imputed[-1],
-                                      "accuracy of argmax f(w) on the unlabeled points > 0.4 (chance 0.2)",
-                                      "Algorithm 1 imputes informative labels for the unlabeled data"),
-    }
+    checks = algorithm1_classification_checks(rel_gap, bn_moved, pass_moved, cost["lga_over_pseudo_label"],
+                                              imputed[-1])
     metrics = {"jvp_rel_gap": rel_gap, "cost": cost,
                "example": {m: {"test_accuracy": runs[m]["final_test_accuracy"][0],
                                "test_loss": runs[m]["final_test_loss"][0]} for m in runs}}
@@ -122,17 +146,7 @@ def algorithm1_linear(cfg: GradientCheckConfig, device) -> dict:
     scaled = imputed_label_gradient(gradient_residual(theta * scale, y_u, type(p)(p.X_l / scale, p.y_l, p.X_u / scale)),
                                     p.X_u / scale, 1e-14)
     invariance = float(((scaled - imputed_label_gradient(r, p.X_u, 1e-14)).abs().max() / scaled.abs().max()))
-    checks = {
-        "label_gradients_match_autograd": check(grad_gap < 1e-12, grad_gap, "max |g_l - g_u (Eq. 15-16) - autograd| < 1e-12",
-                                                "Eq. 15-16"),
-        "imputed_label_gradient_matches_double_backward": check(
-            label_gap < 1e-10, label_gap, "max |Eq. 25 with eps_norm - double backward| < 1e-10",
-            "the w-gradient of the normalized distance, stop-gradient in the normalizer (Eq. 22-25)"),
-        "eq25_without_eps_matches_autograd": check(eq25_gap < 1e-10, eq25_gap, "relative gap < 1e-10", "Eq. 25 as printed"),
-        "invariant_to_parameter_scaling": check(invariance < 1e-8, invariance,
-                                                "relative change of the y_u-gradient under theta_k -> s_k theta_k < 1e-8",
-                                                "Eq. 2 makes the metric invariant to each parameter's scale"),
-    }
+    checks = algorithm1_linear_checks(grad_gap, label_gap, eq25_gap, invariance)
     return outcome(checks, {"max_gap_eq15_16": grad_gap, "max_gap_eq25_eps": label_gap,
                             "rel_gap_eq25": eq25_gap, "rel_change_rescaled": invariance})
 

@@ -17,7 +17,7 @@ from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
 
 NOTEBOOK = "notebooks/lga/01_linear_regression.ipynb"
 LAMBDAS = (0.25, 0.5, 1.0, 2.0, 4.0)
-
+LEVELS = (0.5, 0.9)  # Figure 1: the steps each c_{k,i} takes to reach these levels
 
 
 @dataclass(frozen=True)
@@ -81,26 +81,36 @@ def _monotone_faster(times: list, rows: int, cols: int) -> tuple[bool, bool]:
     return along_u, along_l
 
 
+def figure1_checks(times: dict, rows: int, cols: int, c_final, c0) -> dict[str, dict]:
+    """Figure 1's checks from its measurements: `times` maps each level to the steps at which every curve of
+    the row-major (lambda^l, lambda^u) grid first reaches it; c_final, c0: every c at the last and first step."""
+    checks = {}
+    for level, steps in times.items():
+        along_u, along_l = _monotone_faster(steps, rows, cols)
+        checks[f"faster_in_lambda_u_{level}"] = check(
+            along_u, steps, f"steps to c = {level} strictly decrease with lambda^u at fixed lambda^l",
+            "c_{k,i} rises faster for larger lambda^u_i")
+        checks[f"faster_in_lambda_l_{level}"] = check(
+            along_l, steps, f"steps to c = {level} strictly decrease with lambda^l at fixed lambda^u",
+            "c_{k,i} rises faster for larger lambda^l_i")
+    c_final, c0 = torch.as_tensor(c_final), torch.as_tensor(c0)
+    final_gap = float((c_final - 1).abs().max())
+    checks["converges_to_1"] = check(final_gap < 1e-2, final_gap, "max_i |c_{K,i} - 1| < 1e-2 at the last step",
+                                     "every curve converges to 1 (the supervised optimum)")
+    checks["starts_at_0"] = check(bool((c0 == 0).all()), float(c0.abs().max()), "c_{0,i} = 0",
+                                  "theta_0 = 0")
+    return checks
+
+
 def figure1(cfg: LinearLGAConfig, device) -> dict:
     lam_l, lam_u = cfg.grid
     c = _c_curves(cfg, lam_l, lam_u, cfg.seed)
     rows, cols = len(cfg.lambda_l), len(cfg.lambda_u)
-    checks, metrics = {}, {"lambda_l": lam_l, "lambda_u": lam_u, "c_final": c[-1].tolist()}
-    for level in (0.5, 0.9):
-        times = first_passage(c, level)
-        metrics[f"steps_to_{level}"] = times
-        along_u, along_l = _monotone_faster(times, rows, cols)
-        checks[f"faster_in_lambda_u_{level}"] = check(
-            along_u, times, f"steps to c = {level} strictly decrease with lambda^u at fixed lambda^l",
-            "c_{k,i} rises faster for larger lambda^u_i")
-        checks[f"faster_in_lambda_l_{level}"] = check(
-            along_l, times, f"steps to c = {level} strictly decrease with lambda^l at fixed lambda^u",
-            "c_{k,i} rises faster for larger lambda^l_i")
-    final_gap = float((c[-1] - 1).abs().max())
-    checks["converges_to_1"] = check(final_gap < 1e-2, final_gap, "max_i |c_{K,i} - 1| < 1e-2 at the last step",
-                                     "every curve converges to 1 (the supervised optimum)")
-    checks["starts_at_0"] = check(bool((c[0] == 0).all()), float(c[0].abs().max()), "c_{0,i} = 0",
-                                  "theta_0 = 0")
+    metrics = {"lambda_l": lam_l, "lambda_u": lam_u, "c_final": c[-1].tolist()}
+    times = {level: first_passage(c, level) for level in LEVELS}
+    for level, steps in times.items():
+        metrics[f"steps_to_{level}"] = steps
+    checks = figure1_checks(times, rows, cols, c[-1], c[0])
     kept = torch.arange(0, cfg.steps + 1, cfg.record_every)
     return outcome(checks, metrics, {"step": kept.tolist(), "c": c[kept].T.tolist()})
 
@@ -113,6 +123,21 @@ class Prop1Config(LinearLGAConfig):
     n_u: int = 16
     steps: int = 20_000
     record_every: int = 100
+
+
+def proposition1_checks(independence: float, rec_gap: float, sensitivity: float) -> dict[str, dict]:
+    """Proposition 1's checks from the measured largest gaps (float64)."""
+    return {
+        "independent_of_other_coordinates": check(
+            independence < 1e-9, independence, "max |c_i(changed lambda_j) - c_i| < 1e-9 (float64)",
+            "c_{k,i} does not depend on lambda^l_j, lambda^u_j for j != i"),
+        "matches_per_coordinate_recurrence": check(
+            rec_gap < 1e-9, rec_gap, "max |c(full matrices) - c(recurrence)| < 1e-9",
+            "the scalar recurrence derived from Eq. 20 and 25 is exact"),
+        "sensitive_to_own_lambda": check(
+            sensitivity > 1e-3, sensitivity, "doubling lambda^u_i changes c_i by > 1e-3",
+            "the comparison can detect a dependence"),
+    }
 
 
 def proposition1(cfg: Prop1Config, device) -> dict:
@@ -133,17 +158,7 @@ def proposition1(cfg: Prop1Config, device) -> dict:
     rec_gap = float((recurrence - base).abs().max())
     own = _c_curves(cfg, lam_l, [2 * v for v in lam_u], cfg.seed)  # changing λ_i itself must matter
     sensitivity = float((own - base).abs().max())
-    checks = {
-        "independent_of_other_coordinates": check(
-            independence < 1e-9, independence, "max |c_i(changed lambda_j) - c_i| < 1e-9 (float64)",
-            "c_{k,i} does not depend on lambda^l_j, lambda^u_j for j != i"),
-        "matches_per_coordinate_recurrence": check(
-            rec_gap < 1e-9, rec_gap, "max |c(full matrices) - c(recurrence)| < 1e-9",
-            "the scalar recurrence derived from Eq. 20 and 25 is exact"),
-        "sensitive_to_own_lambda": check(
-            sensitivity > 1e-3, sensitivity, "doubling lambda^u_i changes c_i by > 1e-3",
-            "the comparison can detect a dependence"),
-    }
+    checks = proposition1_checks(independence, rec_gap, sensitivity)
     return outcome(checks, {"coordinates": m, "max_diff_independence": independence,
                             "max_diff_recurrence": rec_gap, "max_diff_own_lambda": sensitivity})
 
@@ -163,6 +178,17 @@ class FixedPointConfig(LinearLGAConfig):
         require(self, "n_l", self.n_l > self.m, "must exceed m (a unique supervised optimum)")
         require(self, "n_u", self.n_u >= self.m, "must be >= m (g_l = g_u attainable)")
         require(self, "inits", self.inits >= 1, "must be >= 1")
+
+
+def propositions2_3_checks(fixed_gap: float, worst: float, tolerance: float) -> dict[str, dict]:
+    """Propositions 2-3's checks: the move of one step from the optimum, the worst final relative error."""
+    return {
+        "optimum_is_fixed_point": check(fixed_gap < 1e-12, fixed_gap, "one LGA step from (theta*, X_u theta*) moves < 1e-12",
+                                        "the supervised optimum is a fixed point of LGA"),
+        "converges_to_supervised_optimum": check(
+            worst < tolerance, worst, f"max over runs of |theta_K - theta*| / |theta*| < {tolerance:g}",
+            "every run converges to the supervised optimum (Propositions 2-3)"),
+    }
 
 
 def propositions2_3(cfg: FixedPointConfig, device) -> dict:
@@ -191,13 +217,7 @@ def propositions2_3(cfg: FixedPointConfig, device) -> dict:
             curves[f"{name}_init{i}"] = rel.tolist()
             worst = max(worst, float(rel[-1]))
     curves["step"] = out["steps"].tolist()
-    checks = {
-        "optimum_is_fixed_point": check(fixed_gap < 1e-12, fixed_gap, "one LGA step from (theta*, X_u theta*) moves < 1e-12",
-                                        "the supervised optimum is a fixed point of LGA"),
-        "converges_to_supervised_optimum": check(
-            worst < cfg.tolerance, worst, f"max over runs of |theta_K - theta*| / |theta*| < {cfg.tolerance:g}",
-            "every run converges to the supervised optimum (Propositions 2-3)"),
-    }
+    checks = propositions2_3_checks(fixed_gap, worst, cfg.tolerance)
     return outcome(checks, metrics, curves)
 
 

@@ -31,6 +31,19 @@ class ShellsPlotConfig(Config):
         require(self, "n", self.n >= 5, "must be >= 5")
 
 
+def shells_figure_checks(outside: int, counts: list[int], n: int, both: list[bool], mixed: list[int]) -> dict[str, dict]:
+    """Figure 2's checks: points outside their class's radii, points per class (of n), whether both neighbouring
+    classes lie within 0.25 of each boundary r = 1, 2, ... and how many points do."""
+    return {
+        "radii_follow_eq14": check(outside == 0, outside, "points outside their class's radii = 0",
+                                   "each class c lies at the radii Eq. 14 gives it"),
+        "classes_balanced": check(min(counts) > 0.8 * n / len(counts), counts, "every class > 80% of n/5",
+                                  "c ~ Discrete(1, ..., 5)"),
+        "boundaries_in_dense_regions": check(all(both), mixed, "both neighbours present within 0.25 of r = 1, 2, 3, 4",
+                                             "the optimal decision boundaries pass through regions of high density"),
+    }
+
+
 def shells_figure(cfg: ShellsPlotConfig, device) -> dict:
     """Figure 2: the data set at d = 2, and the radial structure Eq. 14 prescribes."""
     from gradalign.data.shells import N_CLASSES, sample_shells
@@ -49,14 +62,7 @@ def shells_figure(cfg: ShellsPlotConfig, device) -> dict:
     mixed = [int(((r - k).abs() <= 0.25).sum()) for k in range(1, N_CLASSES)]
     both = [bool(((y == k - 1) & ((r - k).abs() <= 0.25)).any() and ((y == k) & ((r - k).abs() <= 0.25)).any())
             for k in range(1, N_CLASSES)]
-    checks = {
-        "radii_follow_eq14": check(bool(allowed.all()), int((~allowed).sum()), "points outside their class's radii = 0",
-                                   "each class c lies at the radii Eq. 14 gives it"),
-        "classes_balanced": check(min(counts) > 0.8 * cfg.n / N_CLASSES, counts, "every class > 80% of n/5",
-                                  "c ~ Discrete(1, ..., 5)"),
-        "boundaries_in_dense_regions": check(all(both), mixed, "both neighbours present within 0.25 of r = 1, 2, 3, 4",
-                                             "the optimal decision boundaries pass through regions of high density"),
-    }
+    checks = shells_figure_checks(int((~allowed).sum()), counts, cfg.n, both, mixed)
     curves = {"x": x[:, :2].tolist(), "y": y.tolist()}
     return outcome(checks, {"class_counts": counts, "points_near_boundaries": mixed}, curves)
 
@@ -120,6 +126,19 @@ def _paired_wins(a: list[float], b: list[float]) -> int:
     return sum(x > y for x, y in zip(a, b))
 
 
+def figure3_checks(mean_alignment: dict, above: int, evaluations: int) -> dict[str, dict]:
+    """Figure 3's checks: the mean alignment over training per method ("lga", "supervised") and at how many of
+    the evaluations after step 0 LGA's mean lies above supervised's."""
+    return {
+        "lga_alignment_larger": check(mean_alignment["lga"] > mean_alignment["supervised"], mean_alignment,
+                                      "mean alignment over training (after step 0), LGA > supervised",
+                                      "the alignment is larger when using LGA compared to the supervised baseline"),
+        "lga_larger_most_of_training": check(above >= 0.75 * evaluations, f"{above} of {evaluations}",
+                                             "LGA's mean above supervised's at >= 75% of the evaluations",
+                                             "Figure 3: LGA's curve lies above the baseline's over training"),
+    }
+
+
 def figure3(cfg: ShellsStudyConfig, device) -> dict:
     """Figure 3: the alignment (Eq. 13) of each algorithm's updates over training."""
     curves, _ = shells_study(cfg)
@@ -130,15 +149,25 @@ def figure3(cfg: ShellsStudyConfig, device) -> dict:
     above = sum(a > b for a, b in zip(lga[later], sup[later]))
     metrics = {"mean_alignment": {"lga": mean_lga, "supervised": mean_sup}, "steps_lga_above": above,
                "evaluations": len(lga) - 1, "trials": cfg.trials}
-    checks = {
-        "lga_alignment_larger": check(mean_lga > mean_sup, metrics["mean_alignment"],
-                                      "mean alignment over training (after step 0), LGA > supervised",
-                                      "the alignment is larger when using LGA compared to the supervised baseline"),
-        "lga_larger_most_of_training": check(above >= 0.75 * (len(lga) - 1), f"{above} of {len(lga) - 1}",
-                                             "LGA's mean above supervised's at >= 75% of the evaluations",
-                                             "Figure 3: LGA's curve lies above the baseline's over training"),
-    }
+    checks = figure3_checks(metrics["mean_alignment"], above, len(lga) - 1)
     return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
+
+
+def figure4_checks(final_test_loss: dict, final_test_accuracy: dict, best_test_accuracy: dict) -> dict[str, dict]:
+    """Figure 4's checks on the means over trials, each given per method ("lga", "supervised")."""
+    return {
+        "lga_lower_test_loss": check(final_test_loss["lga"] < final_test_loss["supervised"],
+                                     final_test_loss, "mean final test loss, LGA < supervised",
+                                     "LGA improves the test loss over the supervised baseline"),
+        "lga_higher_test_accuracy": check(
+            final_test_accuracy["lga"] > final_test_accuracy["supervised"],
+            final_test_accuracy, "mean final test accuracy, LGA > supervised",
+            "LGA improves the test accuracy over the supervised baseline"),
+        "lga_higher_best_accuracy": check(
+            best_test_accuracy["lga"] > best_test_accuracy["supervised"],
+            best_test_accuracy, "best mean test accuracy over training, LGA > supervised",
+            "with early stopping (§3.1), LGA's best accuracy beats the baseline's"),
+    }
 
 
 def figure4(cfg: ShellsStudyConfig, device) -> dict:
@@ -155,19 +184,7 @@ def figure4(cfg: ShellsStudyConfig, device) -> dict:
         "trials_lga_better_accuracy": _paired_wins(lga["final_test_accuracy"], sup["final_test_accuracy"]),
         "trials": cfg.trials,
     }
-    checks = {
-        "lga_lower_test_loss": check(metrics["final_test_loss"]["lga"] < metrics["final_test_loss"]["supervised"],
-                                     metrics["final_test_loss"], "mean final test loss, LGA < supervised",
-                                     "LGA improves the test loss over the supervised baseline"),
-        "lga_higher_test_accuracy": check(
-            metrics["final_test_accuracy"]["lga"] > metrics["final_test_accuracy"]["supervised"],
-            metrics["final_test_accuracy"], "mean final test accuracy, LGA > supervised",
-            "LGA improves the test accuracy over the supervised baseline"),
-        "lga_higher_best_accuracy": check(
-            metrics["best_test_accuracy"]["lga"] > metrics["best_test_accuracy"]["supervised"],
-            metrics["best_test_accuracy"], "best mean test accuracy over training, LGA > supervised",
-            "with early stopping (§3.1), LGA's best accuracy beats the baseline's"),
-    }
+    checks = figure4_checks(metrics["final_test_loss"], metrics["final_test_accuracy"], metrics["best_test_accuracy"])
     return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
 
 

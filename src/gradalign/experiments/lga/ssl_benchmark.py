@@ -193,6 +193,8 @@ def sweep(cfg: SSLBenchConfig, device) -> dict:
 
 
 def _figure_checks(table: dict, labels) -> dict:
+    """Figures 5-7's checks: `table` maps each method to {"by_labels": {str(n): its summary at n labels (mean
+    "test_error" and "test_loss")}}, for every label count n in `labels`."""
     def at(method, n, name):
         return table[method]["by_labels"][str(n)][name]
 
@@ -237,6 +239,31 @@ def _figure(paper_dataset: str):
     return run
 
 
+def table1_checks(columns: dict, methods) -> dict[str, dict]:
+    """Table 1's checks: `columns` maps each column (first: CIFAR-10's, last: SVHN's) to every method's summary
+    (its mean "test_error"), over `methods`."""
+    checks = {}
+    first, second = list(columns)[0], list(columns)[-1]
+    err = lambda col, m: columns[col][m]["test_error"]  # noqa: E731
+    if {"lga", "lga_vat"} <= set(methods):
+        checks["lga_vat_best_first_column"] = check(
+            all(err(first, "lga_vat") <= err(first, m) for m in methods), {m: round(err(first, m), 2) for m in methods},
+            "LGA+VAT has the lowest error of all methods in the first (CIFAR-10) column",
+            "LGA + VAT: 12.06 on CIFAR-10 with 4000 labels, the best of the table")
+        others = [m for m in methods if m not in ("lga", "lga_vat")]
+        checks["lga_beats_baselines_first_column"] = check(
+            all(err(first, "lga") < err(first, m) for m in others), {m: round(err(first, m), 2) for m in methods},
+            "LGA's error < every baseline's in the first column",
+            "LGA alone (12.91) beats every baseline on CIFAR-10 with 4000 labels (best baseline VAT+EntMin 13.13)")
+    if "vat_entmin" in methods:
+        checks["vat_entmin_best_second_column"] = check(
+            all(err(second, "vat_entmin") <= err(second, m) for m in methods),
+            {m: round(err(second, m), 2) for m in methods},
+            "VAT+EntMin has the lowest error in the second (SVHN) column",
+            "on SVHN with 1000 labels VAT+EntMin is best (5.35); LGA (7.56) trails the consistency methods")
+    return checks
+
+
 def table1(cfg: TableConfig, device) -> dict:
     """Table 1: test error of every method at one label count per column."""
     columns = {}
@@ -245,25 +272,7 @@ def table1(cfg: TableConfig, device) -> dict:
         table = sweep(sub, device)
         columns[f"{dataset}/{family}/{n}"] = {m: {k: v for k, v in table[m]["by_labels"][str(n)].items()}
                                               for m in cfg.methods}
-    checks = {}
-    first, second = list(columns)[0], list(columns)[-1]
-    err = lambda col, m: columns[col][m]["test_error"]  # noqa: E731
-    if {"lga", "lga_vat"} <= set(cfg.methods):
-        checks["lga_vat_best_first_column"] = check(
-            all(err(first, "lga_vat") <= err(first, m) for m in cfg.methods), {m: round(err(first, m), 2) for m in cfg.methods},
-            "LGA+VAT has the lowest error of all methods in the first (CIFAR-10) column",
-            "LGA + VAT: 12.06 on CIFAR-10 with 4000 labels, the best of the table")
-        others = [m for m in cfg.methods if m not in ("lga", "lga_vat")]
-        checks["lga_beats_baselines_first_column"] = check(
-            all(err(first, "lga") < err(first, m) for m in others), {m: round(err(first, m), 2) for m in cfg.methods},
-            "LGA's error < every baseline's in the first column",
-            "LGA alone (12.91) beats every baseline on CIFAR-10 with 4000 labels (best baseline VAT+EntMin 13.13)")
-    if "vat_entmin" in cfg.methods:
-        checks["vat_entmin_best_second_column"] = check(
-            all(err(second, "vat_entmin") <= err(second, m) for m in cfg.methods),
-            {m: round(err(second, m), 2) for m in cfg.methods},
-            "VAT+EntMin has the lowest error in the second (SVHN) column",
-            "on SVHN with 1000 labels VAT+EntMin is best (5.35); LGA (7.56) trails the consistency methods")
+    checks = table1_checks(columns, cfg.methods)
     scope = "exact" if all(c[0] != "fashion_mnist" for c in cfg.columns) and _scope(cfg, cfg.columns[0][0]) == "exact" \
         else "reduced"
     seconds = sum(v["train_seconds"] for col in columns.values() for v in col.values())

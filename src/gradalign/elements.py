@@ -1,7 +1,7 @@
 """Every element of the four papers (ids of REPRODUCE.md), and whether the book has built it yet.
 
 An element is built when an experiment is registered for it in `gradalign.experiments`; `partial`
-means registered but not yet in every form the element names.
+means registered but not yet in every form the element names (`runner.element_status`).
 """
 
 from __future__ import annotations
@@ -90,10 +90,3 @@ def element(element_id: str) -> Element:
         raise ConfigError(f"unknown element id {element_id!r}; choose one of: {', '.join(ELEMENTS)}")
     return ELEMENTS[element_id]
 
-
-def status(element_id: str) -> str:
-    from gradalign.experiments import EXPERIMENTS
-
-    element(element_id)
-    experiment = EXPERIMENTS.get(element_id)
-    return experiment.status if experiment else "not yet built"
