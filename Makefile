@@ -13,6 +13,8 @@ book: setup data
 	$(BIN)/gradalign book --preset $(or $(PRESET),auto)
 
 test: setup data browser
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/python -m pytest -q
 
 setup: $(STAMP)

@@ -28,8 +28,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(json.dumps(measure_lga_cost(args.device, args.width, args.batch, args.n_unlabeled, args.image,
-                                      args.warmup, args.repeats), indent=1))
+    print(
+        json.dumps(
+            measure_lga_cost(
+                args.device, args.width, args.batch, args.n_unlabeled, args.image, args.warmup, args.repeats
+            ),
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

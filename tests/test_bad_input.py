@@ -24,8 +24,11 @@ from gradalign.errors import ConfigError
 from gradalign.experiments import EXPERIMENTS
 from gradalign.runtime import check_device, pin_threads, select_device, threads_from_env
 
-LOADERS = [("gradalign.data.image_sets", "load_image_set"), ("gradalign.data.fashion_mnist", "load_fashion_mnist"),
-           ("gradalign.data.ssl_data", "load_image_set")]
+LOADERS = [
+    ("gradalign.data.image_sets", "load_image_set"),
+    ("gradalign.data.fashion_mnist", "load_fashion_mnist"),
+    ("gradalign.data.ssl_data", "load_image_set"),
+]
 
 
 def _forbidden(*args, **kwargs):
@@ -119,15 +122,19 @@ SET_CASES = [
 ]
 
 
-@pytest.mark.parametrize("element_id, leaf, value, fragment", SET_CASES,
-                         ids=[f"{e}:{leaf}={v}" for e, leaf, v, _ in SET_CASES])
+@pytest.mark.parametrize(
+    "element_id, leaf, value, fragment", SET_CASES, ids=[f"{e}:{leaf}={v}" for e, leaf, v, _ in SET_CASES]
+)
 def test_bad_setting_is_one_line_error_before_compute(no_compute, capsys, element_id, leaf, value, fragment):
     argv = ["run", element_id, "--preset", "smoke", "--set", f"{field(element_id, leaf)}={value}"]
     assert_one_line_error(capsys, argv, fragment, store=no_compute)
 
 
-TYPED_ITEM_CASES = [("isoloss.tab1", "epochs", "[8.5]"), ("isoloss.tab1", "bench_dims", '[16, "x"]'),
-                    ("lga.fig5", "labels", "[250, true]")]
+TYPED_ITEM_CASES = [
+    ("isoloss.tab1", "epochs", "[8.5]"),
+    ("isoloss.tab1", "bench_dims", '[16, "x"]'),
+    ("lga.fig5", "labels", "[250, true]"),
+]
 
 
 @pytest.mark.parametrize("element_id, leaf, value", TYPED_ITEM_CASES)
@@ -186,8 +193,9 @@ def test_unknown_setting_lists_every_valid_name(no_compute, capsys):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present on this machine")
 def test_cuda_without_cuda_is_one_line_error(no_compute, capsys):
-    assert_one_line_error(capsys, ["run", "isoloss.tab1", "--device", "cuda"], "CUDA is not available",
-                          store=no_compute)
+    assert_one_line_error(
+        capsys, ["run", "isoloss.tab1", "--device", "cuda"], "CUDA is not available", store=no_compute
+    )
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5", "2000", "2 threads"])
@@ -217,18 +225,29 @@ def test_preset_not_defined_for_the_experiment(no_compute, capsys, monkeypatch):
     exp = EXPERIMENTS["lga.fig1"]
     presets = {name: values for name, values in exp.presets.items() if name != "paper"}
     monkeypatch.setitem(EXPERIMENTS, "lga.fig1", dataclasses.replace(exp, presets=presets))
-    assert_one_line_error(capsys, ["run", "lga.fig1", "--preset", "paper"], "preset 'paper' is not defined",
-                          store=no_compute)
+    assert_one_line_error(
+        capsys, ["run", "lga.fig1", "--preset", "paper"], "preset 'paper' is not defined", store=no_compute
+    )
 
 
 def test_bad_override_fails_with_preset_auto(no_compute, capsys):
-    assert_one_line_error(capsys, ["run", "lga.fig1", "--preset", "auto", "--set", "steps=abc"],
-                          "steps must be an integer", store=no_compute)
+    assert_one_line_error(
+        capsys,
+        ["run", "lga.fig1", "--preset", "auto", "--set", "steps=abc"],
+        "steps must be an integer",
+        store=no_compute,
+    )
 
 
 def test_device_is_checked_even_when_a_record_is_stored(no_compute, capsys, monkeypatch):
-    stored = {"id": "lga.fig1", "preset": "smoke", "config_hash": "0" * 12, "verdict": {"status": "reproduced"},
-              "checks": {}, "provenance": {"hardware": "CPU", "device": "cpu", "wall_time_s": 1.0}}
+    stored = {
+        "id": "lga.fig1",
+        "preset": "smoke",
+        "config_hash": "0" * 12,
+        "verdict": {"status": "reproduced"},
+        "checks": {},
+        "provenance": {"hardware": "CPU", "device": "cpu", "wall_time_s": 1.0},
+    }
     monkeypatch.setattr(runner, "stored_record", lambda *args, **kwargs: stored)
     monkeypatch.setattr(runner, "best_stored_preset", lambda *args, **kwargs: "smoke")
     assert_one_line_error(capsys, ["run", "lga.fig1", "--preset", "smoke", "--device", "tpu"], "unknown device")

@@ -2,7 +2,6 @@
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -41,8 +40,14 @@ def test_book_builds_and_second_build_executes_nothing(built):
     assert first["executed"] == notebooks
     assert second["executed"] == [] and second["skipped"] == notebooks
     html = out / "html"
-    for page in ("index.html", "book/lga/intro.html", "notebooks/lga/01_linear_regression.html", "book/report.html",
-                 "book/isoloss/intro.html", "notebooks/isoloss/03_deep_siamese.html"):
+    for page in (
+        "index.html",
+        "book/lga/intro.html",
+        "notebooks/lga/01_linear_regression.html",
+        "book/report.html",
+        "book/isoloss/intro.html",
+        "notebooks/isoloss/03_deep_siamese.html",
+    ):
         assert (html / page).exists(), page
     report = (html / "book" / "report.html").read_text()
     for element_id in ELEMENTS:
@@ -60,9 +65,19 @@ def test_chromium_renders_the_chapter(built, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "chromium not installed (make browser installs it)"
     page = (out / "html" / "notebooks" / "lga" / "01_linear_regression.html").resolve().as_uri()
-    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-             "--no-first-run", "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-             "--virtual-time-budget=5000", "--window-size=1200,1600"]
+    flags = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=5000",
+        "--window-size=1200,1600",
+    ]
     shot = tmp_path / "page.png"
     subprocess.run(flags + [f"--screenshot={shot}", page], capture_output=True, timeout=120)
     from PIL import Image

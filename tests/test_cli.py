@@ -37,9 +37,19 @@ def _stored(monkeypatch, element_id: str, device: str) -> None:
     """Pretend a record computed on `device` is stored (stored_record returns it)."""
     from gradalign import runner
 
-    record = {"id": element_id, "preset": "smoke", "config_hash": "0" * 12, "verdict": {"status": "reproduced"},
-              "checks": {}, "provenance": {"hardware": "NVIDIA H100 (CUDA 12.4)", "device": device,
-                                           "wall_time_s": 60.0, "date": "2025-01-01T00:00:00+00:00"}}
+    record = {
+        "id": element_id,
+        "preset": "smoke",
+        "config_hash": "0" * 12,
+        "verdict": {"status": "reproduced"},
+        "checks": {},
+        "provenance": {
+            "hardware": "NVIDIA H100 (CUDA 12.4)",
+            "device": device,
+            "wall_time_s": 60.0,
+            "date": "2025-01-01T00:00:00+00:00",
+        },
+    }
     monkeypatch.setattr(runner, "stored_record", lambda *args, **kwargs: record)
     monkeypatch.setattr(runner, "run", lambda *args, **kwargs: pytest.fail("a stored record was recomputed"))
 
@@ -83,9 +93,11 @@ def test_help_exits_0(capsys):
 
 
 def test_run_imports_without_the_book_toolchain(tmp_path):
-    code = ("import sys; from gradalign.cli import main; main(['run', 'lga.alg1', '--preset', 'smoke']); "
-            "bad = [m for m in ('papermill', 'jupyter_book', 'sphinx', 'nbformat', 'matplotlib') if m in sys.modules]; "
-            "assert not bad, bad")
+    code = (
+        "import sys; from gradalign.cli import main; main(['run', 'lga.alg1', '--preset', 'smoke']); "
+        "bad = [m for m in ('papermill', 'jupyter_book', 'sphinx', 'nbformat', 'matplotlib') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
     env = {**os.environ, "GRADALIGN_RESULTS": str(tmp_path)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -93,11 +105,13 @@ def test_run_imports_without_the_book_toolchain(tmp_path):
 
 def test_run_works_without_tqdm(tmp_path):
     """A GPU machine may lack tqdm: progress bars fall back to silence, the run still completes."""
-    code = ("import sys; sys.modules['tqdm'] = None; from gradalign.cli import main; "
-            "from gradalign.progress import progress; "
-            "assert list(progress(range(3))) == [0, 1, 2]; "
-            "bar = progress(None, total=2).__enter__(); bar.update(1); bar.set_postfix(loss='1'); "
-            "assert main(['run', 'lga.fig1', '--preset', 'smoke']) == 0")
+    code = (
+        "import sys; sys.modules['tqdm'] = None; from gradalign.cli import main; "
+        "from gradalign.progress import progress; "
+        "assert list(progress(range(3))) == [0, 1, 2]; "
+        "bar = progress(None, total=2).__enter__(); bar.update(1); bar.set_postfix(loss='1'); "
+        "assert main(['run', 'lga.fig1', '--preset', 'smoke']) == 0"
+    )
     env = {**os.environ, "GRADALIGN_RESULTS": str(tmp_path)}
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr

@@ -32,16 +32,19 @@ def _forbid_compute(monkeypatch, element_id):
     monkeypatch.setitem(EXPERIMENTS, element_id, type(exp)(**{**exp.__dict__, "run": boom}))
 
 
-@pytest.mark.parametrize("element_id, preset, overrides, message", [
-    ("lga.nope", "cpu", {}, "unknown element id 'lga.nope'; choose one of: lga.alg1"),
-    ("sgr.tab3", "cpu", {}, "not built yet"),
-    ("lga.fig1", "huge", {}, "unknown preset 'huge'; choose one of: smoke, cpu, gpu, paper"),
-    ("lga.fig1", "cpu", {"steps": 0}, "steps must be >= 1"),
-    ("lga.fig1", "cpu", {"alpha_w": -1.0}, "alpha_w must be > 0"),
-    ("lga.fig1", "cpu", {"lambda_u": [2.0, 1.0]}, "must be strictly increasing"),
-    ("lga.fig1", "cpu", {"stepz": 3}, "unknown parameter 'stepz'"),
-    ("lga.prop2-3", "cpu", {"n_u": 2}, "n_u must be >= m"),
-])
+@pytest.mark.parametrize(
+    "element_id, preset, overrides, message",
+    [
+        ("lga.nope", "cpu", {}, "unknown element id 'lga.nope'; choose one of: lga.alg1"),
+        ("sgr.tab3", "cpu", {}, "not built yet"),
+        ("lga.fig1", "huge", {}, "unknown preset 'huge'; choose one of: smoke, cpu, gpu, paper"),
+        ("lga.fig1", "cpu", {"steps": 0}, "steps must be >= 1"),
+        ("lga.fig1", "cpu", {"alpha_w": -1.0}, "alpha_w must be > 0"),
+        ("lga.fig1", "cpu", {"lambda_u": [2.0, 1.0]}, "must be strictly increasing"),
+        ("lga.fig1", "cpu", {"stepz": 3}, "unknown parameter 'stepz'"),
+        ("lga.prop2-3", "cpu", {"n_u": 2}, "n_u must be >= m"),
+    ],
+)
 def test_bad_input_is_one_line_error_before_compute(store, monkeypatch, element_id, preset, overrides, message):
     if element_id in EXPERIMENTS:
         _forbid_compute(monkeypatch, element_id)
@@ -67,22 +70,25 @@ def test_digest_changes_with_config_and_version():
     assert a.digest(1) == exp.resolve("cpu", {"lambda_l": list(a.lambda_l)}).digest(1)
 
 
-@pytest.mark.parametrize("text, parsed", [
-    ("steps=10", ("steps", 10)),
-    ("lambda_l=[0.5,1]", ("lambda_l", [0.5, 1])),
-    ("flag=true", ("flag", True)),
-    ("lr=2.5", ("lr", 2.5)),
-    ('name="x"', ("name", "x")),
-    ("name=x", ("name", "x")),
-    ("name=a=b", ("name", "a=b")),
-    ("trial.lr=3e-4", ("trial.lr", 3e-4)),
-    (" steps = 10", ("steps", 10)),
-    ("steps=", ("steps", "")),
-    ("lr=NaN", ("lr", "NaN")),  # JSON's non-standard words stay text: the type check rejects them
-    ("lr=Infinity", ("lr", "Infinity")),
-    ("lr=-Infinity", ("lr", "-Infinity")),
-    ("lambda_l=[1, NaN]", ("lambda_l", "[1, NaN]")),
-])
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("steps=10", ("steps", 10)),
+        ("lambda_l=[0.5,1]", ("lambda_l", [0.5, 1])),
+        ("flag=true", ("flag", True)),
+        ("lr=2.5", ("lr", 2.5)),
+        ('name="x"', ("name", "x")),
+        ("name=x", ("name", "x")),
+        ("name=a=b", ("name", "a=b")),
+        ("trial.lr=3e-4", ("trial.lr", 3e-4)),
+        (" steps = 10", ("steps", 10)),
+        ("steps=", ("steps", "")),
+        ("lr=NaN", ("lr", "NaN")),  # JSON's non-standard words stay text: the type check rejects them
+        ("lr=Infinity", ("lr", "Infinity")),
+        ("lr=-Infinity", ("lr", "-Infinity")),
+        ("lambda_l=[1, NaN]", ("lambda_l", "[1, NaN]")),
+    ],
+)
 def test_overrides_parse_json_values(text, parsed):
     assert parse_override(text) == parsed
 
@@ -134,42 +140,53 @@ class Demo(Config):
         require(self, "trial.steps", self.trial.steps <= 1000, "must be <= 1000")
 
 
-DEMO_PRESETS = {"smoke": {"trial.steps": 2, "other": {"lr": 0.25}}, "cpu": {"trial": {"lr": 0.01, "name": "sgd"}},
-                "gpu": {"trial": Trial(lr=0.02)}, "paper": {"labels": [10]}}
+DEMO_PRESETS = {
+    "smoke": {"trial.steps": 2, "other": {"lr": 0.25}},
+    "cpu": {"trial": {"lr": 0.01, "name": "sgd"}},
+    "gpu": {"trial": Trial(lr=0.02)},
+    "paper": {"labels": [10]},
+}
 
 
-@pytest.mark.parametrize("cls, values, message", [
-    (Trial, {"steps": True}, "Trial.steps must be an integer; got True"),
-    (Trial, {"steps": 2.0}, "Trial.steps must be an integer; got 2.0"),
-    (Trial, {"steps": "3"}, "Trial.steps must be an integer; got '3'"),
-    (Trial, {"steps": None}, "Trial.steps must be an integer; got None"),
-    (Trial, {"lr": True}, "Trial.lr must be a finite number; got True"),
-    (Trial, {"lr": "0.1"}, "Trial.lr must be a finite number; got '0.1'"),
-    (Trial, {"lr": math.nan}, "Trial.lr must be a finite number; got nan"),
-    (Trial, {"lr": math.inf}, "Trial.lr must be a finite number; got inf"),
-    (Trial, {"lr": -math.inf}, "Trial.lr must be a finite number; got -inf"),
-    (Trial, {"lr": 10**400}, "Trial.lr must be a finite number"),
-    (Trial, {"name": 3}, "Trial.name must be a string; got 3"),
-    (Trial, {"nesterov": 1}, "Trial.nesterov must be true or false; got 1"),
-    (Trial, {"nesterov": "true"}, "Trial.nesterov must be true or false; got 'true'"),
-    (Demo, {"labels": 5}, "Demo.labels must be a list of integers; got 5"),
-    (Demo, {"labels": "ab"}, "Demo.labels must be a list of integers; got 'ab'"),
-    (Demo, {"labels": [1, "x"]}, "Demo.labels must be a list of integers; got [1, 'x']"),
-    (Demo, {"labels": [1, True]}, "Demo.labels must be a list of integers; got [1, True]"),
-    (Demo, {"column": ("a", 1)}, "Demo.column must be a list of 3 items (a string, an integer, a finite number)"),
-    (Demo, {"column": ["a", "b", 0.5]}, "Demo.column must be a list of 3 items"),
-    (Demo, {"column": ["a", 1, math.nan]}, "Demo.column must be a list of 3 items"),
-    (Demo, {"columns": [["a", "b"]]}, "Demo.columns must be a list of items that are each a list of 2 items"),
-    (Demo, {"anything": 3}, "Demo.anything must be a list; got 3"),
-    (Demo, {"limit": 1.5}, "Demo.limit must be an integer or null; got 1.5"),
-    (Demo, {"limit": True}, "Demo.limit must be an integer or null; got True"),
-    (Demo, {"mode": "medium"}, "Demo.mode must be one of \"fast\", \"slow\"; got 'medium'"),
-    (Demo, {"trial": 3}, "Demo.trial must be a Trial (a dict of its fields); got 3"),
-    (Demo, {"head": "x"}, "Demo.head must be a Trial (a dict of its fields) or null; got 'x'"),
-    (Demo, {"trial": {"lr": "x"}}, "Demo.trial: Trial.lr must be a finite number; got 'x'"),
-    (Demo, {"trial": {"nope": 1}}, "Demo.trial: unknown parameter 'nope' for Trial; choose from: lr, steps, name, "),
-    (Demo, {"seed": 0.5}, "Demo.seed must be an integer; got 0.5"),
-])
+@pytest.mark.parametrize(
+    "cls, values, message",
+    [
+        (Trial, {"steps": True}, "Trial.steps must be an integer; got True"),
+        (Trial, {"steps": 2.0}, "Trial.steps must be an integer; got 2.0"),
+        (Trial, {"steps": "3"}, "Trial.steps must be an integer; got '3'"),
+        (Trial, {"steps": None}, "Trial.steps must be an integer; got None"),
+        (Trial, {"lr": True}, "Trial.lr must be a finite number; got True"),
+        (Trial, {"lr": "0.1"}, "Trial.lr must be a finite number; got '0.1'"),
+        (Trial, {"lr": math.nan}, "Trial.lr must be a finite number; got nan"),
+        (Trial, {"lr": math.inf}, "Trial.lr must be a finite number; got inf"),
+        (Trial, {"lr": -math.inf}, "Trial.lr must be a finite number; got -inf"),
+        (Trial, {"lr": 10**400}, "Trial.lr must be a finite number"),
+        (Trial, {"name": 3}, "Trial.name must be a string; got 3"),
+        (Trial, {"nesterov": 1}, "Trial.nesterov must be true or false; got 1"),
+        (Trial, {"nesterov": "true"}, "Trial.nesterov must be true or false; got 'true'"),
+        (Demo, {"labels": 5}, "Demo.labels must be a list of integers; got 5"),
+        (Demo, {"labels": "ab"}, "Demo.labels must be a list of integers; got 'ab'"),
+        (Demo, {"labels": [1, "x"]}, "Demo.labels must be a list of integers; got [1, 'x']"),
+        (Demo, {"labels": [1, True]}, "Demo.labels must be a list of integers; got [1, True]"),
+        (Demo, {"column": ("a", 1)}, "Demo.column must be a list of 3 items (a string, an integer, a finite number)"),
+        (Demo, {"column": ["a", "b", 0.5]}, "Demo.column must be a list of 3 items"),
+        (Demo, {"column": ["a", 1, math.nan]}, "Demo.column must be a list of 3 items"),
+        (Demo, {"columns": [["a", "b"]]}, "Demo.columns must be a list of items that are each a list of 2 items"),
+        (Demo, {"anything": 3}, "Demo.anything must be a list; got 3"),
+        (Demo, {"limit": 1.5}, "Demo.limit must be an integer or null; got 1.5"),
+        (Demo, {"limit": True}, "Demo.limit must be an integer or null; got True"),
+        (Demo, {"mode": "medium"}, 'Demo.mode must be one of "fast", "slow"; got \'medium\''),
+        (Demo, {"trial": 3}, "Demo.trial must be a Trial (a dict of its fields); got 3"),
+        (Demo, {"head": "x"}, "Demo.head must be a Trial (a dict of its fields) or null; got 'x'"),
+        (Demo, {"trial": {"lr": "x"}}, "Demo.trial: Trial.lr must be a finite number; got 'x'"),
+        (
+            Demo,
+            {"trial": {"nope": 1}},
+            "Demo.trial: unknown parameter 'nope' for Trial; choose from: lr, steps, name, ",
+        ),
+        (Demo, {"seed": 0.5}, "Demo.seed must be an integer; got 0.5"),
+    ],
+)
 def test_type_rules(cls, values, message):
     with pytest.raises(ConfigError) as err:
         cls(**values)
@@ -190,8 +207,17 @@ def test_range_rules_run_after_the_type_rules():
 
 def test_accepted_values_are_converted():
     assert Trial(lr=1).lr == 1.0 and isinstance(Trial(lr=1).lr, float)
-    demo = Demo(labels=[1, 2], column=["b", 2, 3], columns=[["b", 2]], anything=[1, [2, [3]]], limit=4,
-                head={"lr": 0.1}, trial={"steps": 7}, mode="slow", hook=len)
+    demo = Demo(
+        labels=[1, 2],
+        column=["b", 2, 3],
+        columns=[["b", 2]],
+        anything=[1, [2, [3]]],
+        limit=4,
+        head={"lr": 0.1},
+        trial={"steps": 7},
+        mode="slow",
+        hook=len,
+    )
     assert demo.labels == (1, 2) and demo.column == ("b", 2, 3.0) and isinstance(demo.column[2], float)
     assert demo.columns == (("b", 2),) and demo.anything == (1, (2, (3,)))
     assert demo.head == Trial(lr=0.1) and demo.trial == Trial(steps=7) and demo.limit == 4 and demo.hook is len
@@ -213,9 +239,27 @@ def test_digest_function_is_unchanged():
 
 def test_settings_fields_are_dotted_leaves():
     assert settings_fields(Demo) == [
-        "seed", "trial.lr", "trial.steps", "trial.name", "trial.nesterov", "other.lr", "other.steps", "other.name",
-        "other.nesterov", "head.lr", "head.steps", "head.name", "head.nesterov", "labels", "column", "columns",
-        "anything", "limit", "mode", "hook"]
+        "seed",
+        "trial.lr",
+        "trial.steps",
+        "trial.name",
+        "trial.nesterov",
+        "other.lr",
+        "other.steps",
+        "other.name",
+        "other.nesterov",
+        "head.lr",
+        "head.steps",
+        "head.name",
+        "head.nesterov",
+        "labels",
+        "column",
+        "columns",
+        "anything",
+        "limit",
+        "mode",
+        "hook",
+    ]
 
 
 def test_dotted_overrides_apply_field_by_field_on_the_preset():
@@ -234,21 +278,25 @@ def test_dotted_overrides_apply_field_by_field_on_the_preset():
     assert resolve(Demo, DEMO_PRESETS, "paper") == Demo(labels=(10,))
 
 
-@pytest.mark.parametrize("overrides", [{"nope": 1}, {"trial.nope": 1}, {"seed.x": 1}, {"trial": {"nope": 1}},
-                                       {"trial.lr.x": 1}, {"": 1}])
+@pytest.mark.parametrize(
+    "overrides", [{"nope": 1}, {"trial.nope": 1}, {"seed.x": 1}, {"trial": {"nope": 1}}, {"trial.lr.x": 1}, {"": 1}]
+)
 def test_unknown_dotted_name_lists_every_valid_name(overrides):
     with pytest.raises(ConfigError, match="unknown parameter") as err:
         resolve(Demo, DEMO_PRESETS, "cpu", overrides)
     assert str(err.value).endswith("choose from: " + ", ".join(settings_fields(Demo)))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"trial.lr": "abc"}, "Demo.trial: Trial.lr must be a finite number; got 'abc'"),
-    ({"trial.lr": "NaN"}, "Demo.trial: Trial.lr must be a finite number; got 'NaN'"),
-    ({"trial.steps": True}, "Demo.trial: Trial.steps must be an integer; got True"),
-    ({"trial.steps": 5000}, "Demo.trial.steps must be <= 1000"),
-    ({"labels": [1.5]}, "Demo.labels must be a list of integers"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"trial.lr": "abc"}, "Demo.trial: Trial.lr must be a finite number; got 'abc'"),
+        ({"trial.lr": "NaN"}, "Demo.trial: Trial.lr must be a finite number; got 'NaN'"),
+        ({"trial.steps": True}, "Demo.trial: Trial.steps must be an integer; got True"),
+        ({"trial.steps": 5000}, "Demo.trial.steps must be <= 1000"),
+        ({"labels": [1.5]}, "Demo.labels must be a list of integers"),
+    ],
+)
 def test_resolve_checks_types_and_ranges(overrides, message):
     with pytest.raises(ConfigError) as err:
         resolve(Demo, DEMO_PRESETS, "cpu", overrides)

@@ -51,8 +51,10 @@ def test_missing_data_is_a_one_line_error(tmp_path, monkeypatch):
     assert "dataset-fashion-mnist" in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.mark.skipif(not (DEBIAN_DIR / "train-images-idx3-ubyte.gz").exists(),
-                    reason="Debian package dataset-fashion-mnist not installed (make data installs it)")
+@pytest.mark.skipif(
+    not (DEBIAN_DIR / "train-images-idx3-ubyte.gz").exists(),
+    reason="Debian package dataset-fashion-mnist not installed (make data installs it)",
+)
 def test_real_fashion_mnist(tmp_path):
     x, y = load_fashion_mnist(train=True, root=tmp_path)
     assert x.shape == (60000, 28, 28) and x.dtype == torch.uint8

@@ -6,8 +6,14 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from gradalign.analysis.hessian import (alignment, flat_params, hvp_fn, model_hessian_top_eigenvector,
-                                        top_eigenpair, unflatten)
+from gradalign.analysis.hessian import (
+    alignment,
+    flat_params,
+    hvp_fn,
+    model_hessian_top_eigenvector,
+    top_eigenpair,
+    unflatten,
+)
 from gradalign.data.shells import N_CLASSES, make_shells, sample_shells
 from gradalign.errors import ConfigError
 
@@ -59,8 +65,9 @@ def test_lanczos_matches_eigh_on_random_symmetric_matrix():
     evals = torch.cat([torch.tensor([5.0]), torch.linspace(-2.0, 2.0, 39)]).double()
     A, _ = _sym_with_spectrum(evals, seed=1)
     w, V = torch.linalg.eigh(A)
-    lam, q = top_eigenpair(lambda v: A @ v, 40, iters=30, generator=torch.Generator().manual_seed(0),
-                           dtype=torch.float64, tol=1e-12)
+    lam, q = top_eigenpair(
+        lambda v: A @ v, 40, iters=30, generator=torch.Generator().manual_seed(0), dtype=torch.float64, tol=1e-12
+    )
     assert abs(lam - float(w[-1])) < 1e-8
     assert abs(q.norm() - 1) < 1e-12
     assert min((q - V[:, -1]).norm(), (q + V[:, -1]).norm()) < 1e-6
@@ -69,8 +76,9 @@ def test_lanczos_matches_eigh_on_random_symmetric_matrix():
 def test_lanczos_returns_largest_algebraic_not_largest_magnitude():
     evals = torch.cat([torch.tensor([-10.0, 1.0]), torch.linspace(-1.0, 0.5, 18)]).double()
     A, Q = _sym_with_spectrum(evals, seed=2)
-    lam, q = top_eigenpair(lambda v: A @ v, 20, iters=20, generator=torch.Generator().manual_seed(0),
-                           dtype=torch.float64, tol=1e-12)
+    lam, q = top_eigenpair(
+        lambda v: A @ v, 20, iters=20, generator=torch.Generator().manual_seed(0), dtype=torch.float64, tol=1e-12
+    )
     assert abs(lam - 1.0) < 1e-8
     assert abs(abs(float(q @ Q[:, 1])) - 1) < 1e-8
 
@@ -97,8 +105,13 @@ def test_model_hessian_top_eigenvector_matches_explicit(act):
     model, x, y = _tiny_mlp(act)
     before = flat_params(model).clone()
     w, V = torch.linalg.eigh(_explicit_hessian(model, x, y))
-    lam, q = model_hessian_top_eigenvector(model, lambda out: torch.nn.functional.cross_entropy(out, y), x,
-                                           iters=V.shape[0], generator=torch.Generator().manual_seed(0))
+    lam, q = model_hessian_top_eigenvector(
+        model,
+        lambda out: torch.nn.functional.cross_entropy(out, y),
+        x,
+        iters=V.shape[0],
+        generator=torch.Generator().manual_seed(0),
+    )
     assert q.dtype == torch.float64 and q.shape == (V.shape[0],)
     assert abs(lam - float(w[-1])) < 1e-8
     assert alignment(q, V[:, -1]) > 1 - 1e-8
@@ -107,13 +120,17 @@ def test_model_hessian_top_eigenvector_matches_explicit(act):
 
 def test_model_hessian_leaves_batchnorm_stats_unchanged():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(),
-                                torch.nn.Linear(6, 2))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.BatchNorm1d(6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
     model.train()
     x, y = torch.randn(32, 4), torch.randint(0, 2, (32,))
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    lam, q = model_hessian_top_eigenvector(model, lambda out: torch.nn.functional.cross_entropy(out, y), x,
-                                           iters=10, generator=torch.Generator().manual_seed(0))
+    lam, q = model_hessian_top_eigenvector(
+        model,
+        lambda out: torch.nn.functional.cross_entropy(out, y),
+        x,
+        iters=10,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert q.shape == flat_params(model).shape and torch.isfinite(q).all()
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
     assert model.training

@@ -12,8 +12,17 @@ import pytest
 import torch
 
 from gradalign.data import image_sets
-from gradalign.data.image_sets import (IMAGE_SETS, MalformedDataError, channel_mean_std, image_set_info,
-                                       load_cifar10, load_cifar100, load_image_set, load_stl10, load_svhn)
+from gradalign.data.image_sets import (
+    IMAGE_SETS,
+    MalformedDataError,
+    channel_mean_std,
+    image_set_info,
+    load_cifar10,
+    load_cifar100,
+    load_image_set,
+    load_stl10,
+    load_svhn,
+)
 from gradalign.errors import ConfigError, DataNotFoundError
 
 

@@ -4,8 +4,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradalign.analysis.eigen_dynamics import (LOSS_NAMES, expected_gradient, fixed_point, isotropic_views,
-                                               measured_mode_rates, mode_rate, predicted_eigenvalues)
+from gradalign.analysis.eigen_dynamics import (
+    LOSS_NAMES,
+    expected_gradient,
+    fixed_point,
+    isotropic_views,
+    measured_mode_rates,
+    mode_rate,
+    predicted_eigenvalues,
+)
 from gradalign.errors import ConfigError
 from gradalign.methods.directpred import DirectPredictor, closed_form_predictor, eigen_power
 from gradalign.methods.isoloss import LOSSES, cosine_iso_loss, cosine_predictor_loss, iso_loss, predictor_loss
@@ -22,10 +29,12 @@ def test_loss_gradients_match_their_closed_forms():
     z1, z2, W_P = _batch()
     B = z1.shape[0]
     err = z1 @ W_P.T - z2  # p - z2
-    expected = {"L": (err @ W_P / B, torch.zeros_like(z2)),
-                "noSG": (err @ W_P / B, -err / B),
-                "ws": (torch.zeros_like(z1), -err / B),
-                "iso": (err / B, torch.zeros_like(z2))}
+    expected = {
+        "L": (err @ W_P / B, torch.zeros_like(z2)),
+        "noSG": (err @ W_P / B, -err / B),
+        "ws": (torch.zeros_like(z1), -err / B),
+        "iso": (err / B, torch.zeros_like(z2)),
+    }
     for name, (g1, g2) in expected.items():
         a, b = z1.clone().requires_grad_(True), z2.clone().requires_grad_(True)
         d1, d2 = torch.autograd.grad(LOSSES[name](a, b, W_P), (a, b), allow_unused=True, materialize_grads=True)
@@ -86,7 +95,7 @@ def test_paper_rates_at_zero_noise():
     lam = torch.linspace(0.1, 2, 7, dtype=torch.float64)
     a = lam**0.5
     assert torch.allclose(mode_rate("L", lam, 0.5), a * (1 - a))  # Eq. 5
-    assert torch.allclose(mode_rate("noSG", lam, 0.5), -(1 - a) ** 2)  # Eq. 6
+    assert torch.allclose(mode_rate("noSG", lam, 0.5), -((1 - a) ** 2))  # Eq. 6
     assert torch.allclose(mode_rate("ws", lam, 0.5), a - 1)  # Eq. 7
     assert torch.allclose(mode_rate("iso", lam, 0.5), 1 - a)  # Eq. 8
     assert fixed_point(1.0, 0.0) == 1.0 and abs(fixed_point(1.0, 0.1) - 1 / 1.01) < 1e-15
@@ -127,8 +136,15 @@ def test_figure2_claims_hold_at_smoke():
 
     exp = get("isoloss.fig2")
     out = exp.run(exp.resolve("smoke"), None)
-    for name in ("noSG_collapses", "ws_diverges_above_1", "ws_collapses_below_1", "L_moves_every_mode_to_fixed_point",
-                 "iso_converges", "iso_more_uniform", "simulation_matches_eq5_8"):
+    for name in (
+        "noSG_collapses",
+        "ws_diverges_above_1",
+        "ws_collapses_below_1",
+        "L_moves_every_mode_to_fixed_point",
+        "iso_converges",
+        "iso_more_uniform",
+        "simulation_matches_eq5_8",
+    ):
         assert out["checks"][name]["passed"], (name, out["checks"][name]["value"])
 
 

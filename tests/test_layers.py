@@ -16,8 +16,23 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "gradalign"
 
 LAYERS = [
     # 0: foundations
-    ("errors", "config", "params", "divergence", "atomic", "verdict", "environment", "runtime", "progress", "vision",
-     "papers", "registry", "elements", "runcache", "__init__"),
+    (
+        "errors",
+        "config",
+        "params",
+        "divergence",
+        "atomic",
+        "verdict",
+        "environment",
+        "runtime",
+        "progress",
+        "vision",
+        "papers",
+        "registry",
+        "elements",
+        "runcache",
+        "__init__",
+    ),
     ("data",),
     ("models",),
     ("methods",),
@@ -53,8 +68,9 @@ def imports_of(path: Path, known: set[str]) -> set[str]:
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
-                     for a in node.names]
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names
+            ]
         else:
             continue
         out |= {n for n in names if n.split(".")[0] == "gradalign"}
@@ -67,8 +83,9 @@ def graph() -> dict[str, set[str]]:
 
 
 def back_edges(edges: dict[str, set[str]]) -> list[str]:
-    return sorted(f"{a} -> {b}" for a, targets in edges.items() for b in targets
-                  if b != "gradalign" and layer_of(b) > layer_of(a))
+    return sorted(
+        f"{a} -> {b}" for a, targets in edges.items() for b in targets if b != "gradalign" and layer_of(b) > layer_of(a)
+    )
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:

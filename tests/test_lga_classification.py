@@ -12,8 +12,14 @@ import torch.nn.functional as F
 from gradalign.data.linear_regression import gaussian_problem
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.methods import lga_linear
-from gradalign.methods.lga import (LGASettings, double_backward_label_gradient, init_lga, jvp_label_gradient,
-                                   lga_step, unlabeled_gradient)
+from gradalign.methods.lga import (
+    LGASettings,
+    double_backward_label_gradient,
+    init_lga,
+    jvp_label_gradient,
+    lga_step,
+    unlabeled_gradient,
+)
 from gradalign.methods.pseudo_label import PseudoLabelSettings, pseudo_label_step, pseudo_label_terms
 from gradalign.params import flat
 
@@ -24,9 +30,17 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:Deprecation
 def small_cnn(dropout: float = 0.0, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(
-        nn.Conv2d(3, 6, 3, padding=1), nn.BatchNorm2d(6), nn.LeakyReLU(0.1), nn.MaxPool2d(2),
-        nn.Conv2d(6, 8, 3, padding=1), nn.BatchNorm2d(8), nn.LeakyReLU(0.1),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(dropout), nn.Linear(8, K),
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.BatchNorm2d(6),
+        nn.LeakyReLU(0.1),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.LeakyReLU(0.1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Dropout(dropout),
+        nn.Linear(8, K),
     ).double()
 
 
@@ -90,8 +104,15 @@ def test_step_w_gradient_is_autograd_of_the_full_distance():
     """Step 2 with non-trivial EMAs, a duplicated index, softmax: −Δw equals ∇_w of Eq. 2, all by autograd."""
     d_g, d_v, eps = 0.6, 0.8, 1e-3
     model = small_cnn().train()
-    settings = LGASettings(optimizer="sgd", alpha_theta=0.0, alpha_w=1.0, eps_norm=eps, grad_ema_decay=d_g,
-                           norm_ema_decay=d_v, check_every=1)
+    settings = LGASettings(
+        optimizer="sgd",
+        alpha_theta=0.0,
+        alpha_w=1.0,
+        eps_norm=eps,
+        grad_ema_decay=d_g,
+        norm_ema_decay=d_v,
+        check_every=1,
+    )
     state = init_lga(model, 10, K, settings)
     state.w.data = torch.randn(10, K, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
     lga_step(model, state, images(5, 9), torch.arange(5) % K, images(6, 10), torch.tensor([0, 1, 2, 3, 4, 5]))
@@ -121,9 +142,17 @@ def test_regression_with_gradient_descent_reproduces_lga_linear(labeled_weight):
     model = nn.Linear(4, 1, bias=False).double()
     nn.init.zeros_(model.weight)
     # §3.1: full batches, EMA(x) = x, gradient descent; Eq. 11 descends ½‖·‖², Algorithm 1 ‖·‖²: halve α_w.
-    settings = LGASettings(task="regression", optimizer="sgd", alpha_theta=alpha_theta, alpha_w=alpha_w / 2,
-                           eps_norm=eps, grad_ema_decay=0.0, norm_ema_decay=0.0,
-                           labeled_weight=lambda i: labeled_weight, check_every=1)
+    settings = LGASettings(
+        task="regression",
+        optimizer="sgd",
+        alpha_theta=alpha_theta,
+        alpha_w=alpha_w / 2,
+        eps_norm=eps,
+        grad_ema_decay=0.0,
+        norm_ema_decay=0.0,
+        labeled_weight=lambda i: labeled_weight,
+        check_every=1,
+    )
     state = init_lga(model, 9, 1, settings)
     reference = lga_linear.LGAState(torch.zeros(4, dtype=torch.float64), torch.zeros(9, dtype=torch.float64))
     for _ in range(60):
@@ -165,8 +194,14 @@ def test_imputed_labels_recover_well_separated_classes():
 
 
 def test_bad_settings_raise_config_error():
-    for bad in ({"task": "ranking"}, {"alpha_w": -1.0}, {"grad_ema_decay": 1.0}, {"optimizer": "rmsprop"},
-                {"labeled_weight": 0.5}, {"check_every": -1}):
+    for bad in (
+        {"task": "ranking"},
+        {"alpha_w": -1.0},
+        {"grad_ema_decay": 1.0},
+        {"optimizer": "rmsprop"},
+        {"labeled_weight": 0.5},
+        {"check_every": -1},
+    ):
         with pytest.raises(ConfigError):
             LGASettings(**bad)
     with pytest.raises(ConfigError):
@@ -210,8 +245,17 @@ def test_pseudo_label_divergence_is_stopped_by_the_loop_naming_step_and_quantity
     from gradalign.training.ssl import train_ssl
 
     x, y = images(4, 17).float(), torch.arange(4)
-    bad = SSLData(x * float("inf"), y, torch.cat([x * float("inf"), images(4, 18).float()]), x, y, x, y,
-                  augment=lambda v, generator: v, num_classes=K)
+    bad = SSLData(
+        x * float("inf"),
+        y,
+        torch.cat([x * float("inf"), images(4, 18).float()]),
+        x,
+        y,
+        x,
+        y,
+        augment=lambda v, generator: v,
+        num_classes=K,
+    )
     torch.manual_seed(0)
     model = small_cnn().float()
     protocol = OliverProtocol(steps=3, batch_labeled=4, batch_unlabeled=4, eval_every=1)
@@ -221,8 +265,12 @@ def test_pseudo_label_divergence_is_stopped_by_the_loop_naming_step_and_quantity
 
 def _step_function_run(model: nn.Module, settings: PseudoLabelSettings) -> SimpleNamespace:
     """What a step function reads (methods.semi_supervised): model, optimizer, settings, augment."""
-    return SimpleNamespace(model=model, settings=settings, augment=lambda x: x,
-                           optimizer=torch.optim.Adam(model.parameters(), lr=settings.lr))
+    return SimpleNamespace(
+        model=model,
+        settings=settings,
+        augment=lambda x: x,
+        optimizer=torch.optim.Adam(model.parameters(), lr=settings.lr),
+    )
 
 
 def test_pseudo_label_loss_masks_and_reduces_as_oliver_et_al():
@@ -234,8 +282,9 @@ def test_pseudo_label_loss_masks_and_reduces_as_oliver_et_al():
     expected_u = F.cross_entropy(logits[4:], logits[4:].argmax(-1), reduction="sum") / 10
     ramp = 0.3
     model = small_cnn().train()
-    out = pseudo_label_step(_step_function_run(model, PseudoLabelSettings(threshold=1e-6, weight=2.0)), ramp,
-                            x_l, y_l, x_u, torch.arange(6))
+    out = pseudo_label_step(
+        _step_function_run(model, PseudoLabelSettings(threshold=1e-6, weight=2.0)), ramp, x_l, y_l, x_u, torch.arange(6)
+    )
     torch.testing.assert_close(out["loss_labeled"], expected_l)
     torch.testing.assert_close(out["loss_unlabeled"], expected_u)
     torch.testing.assert_close(out["loss"], expected_l + 2.0 * ramp * expected_u)
@@ -243,8 +292,9 @@ def test_pseudo_label_loss_masks_and_reduces_as_oliver_et_al():
     assert mask.tolist() == [1.0] * 6
     torch.testing.assert_close(terms.sum() / 10, expected_u)
     model = small_cnn().train()
-    out = pseudo_label_step(_step_function_run(model, PseudoLabelSettings(threshold=1.0)), 1.0, x_l, y_l, x_u,
-                            torch.arange(6))
+    out = pseudo_label_step(
+        _step_function_run(model, PseudoLabelSettings(threshold=1.0)), 1.0, x_l, y_l, x_u, torch.arange(6)
+    )
     terms, mask = pseudo_label_terms(logits[4:], 1.0)
     assert not mask.any() and not terms.any()
     assert out["loss_unlabeled"].item() == 0.0

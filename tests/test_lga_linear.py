@@ -7,8 +7,16 @@ from gradalign import runner
 from gradalign.methods.gradient_descent import gradient_descent_closed_form, gradient_descent_iterates
 from gradalign.data.linear_regression import diagonal_problem, gaussian_problem
 from gradalign.experiments.lga.linear import first_passage
-from gradalign.methods.lga_linear import (LGAState, c_coefficients, diagonal_recurrence, gradient_residual,
-                                          imputed_label_gradient, lga_step, normalized_sq_distance, run_lga)
+from gradalign.methods.lga_linear import (
+    LGAState,
+    c_coefficients,
+    diagonal_recurrence,
+    gradient_residual,
+    imputed_label_gradient,
+    lga_step,
+    normalized_sq_distance,
+    run_lga,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -58,8 +66,12 @@ def test_eq7_closed_form_matches_gradient_descent():
 def test_diagonal_problem_has_the_requested_spectra():
     problem = diagonal_problem([0.5, 2.0, 3.0], [1.0, 0.25, 4.0], 1.5, n_l=7, n_u=5, seed=2)
     eye = torch.eye(3, dtype=torch.float64)
-    torch.testing.assert_close(problem.X_l.T @ problem.X_l / 7, eye * torch.tensor([0.5, 2.0, 3.0], dtype=torch.float64))
-    torch.testing.assert_close(problem.X_u.T @ problem.X_u / 5, eye * torch.tensor([1.0, 0.25, 4.0], dtype=torch.float64))
+    torch.testing.assert_close(
+        problem.X_l.T @ problem.X_l / 7, eye * torch.tensor([0.5, 2.0, 3.0], dtype=torch.float64)
+    )
+    torch.testing.assert_close(
+        problem.X_u.T @ problem.X_u / 5, eye * torch.tensor([1.0, 0.25, 4.0], dtype=torch.float64)
+    )
     torch.testing.assert_close(problem.b, torch.full((3,), 1.5, dtype=torch.float64))
 
 

@@ -26,13 +26,21 @@ class Interrupted(Exception):
 class FakeRun:
     """y = x·(1.5, -0.5) + noise; step t: SGD on 4 rows drawn with torch.randint (the global generator)."""
 
-    def __init__(self, seed: int = 0, interrupt_at: int | None = None, nan_from: int | None = None,
-                 nan_only_at: int | None = None, offsets: dict[int, float] | None = None, sleep: float = 0.0):
+    def __init__(
+        self,
+        seed: int = 0,
+        interrupt_at: int | None = None,
+        nan_from: int | None = None,
+        nan_only_at: int | None = None,
+        offsets: dict[int, float] | None = None,
+        sleep: float = 0.0,
+    ):
         torch.manual_seed(seed)
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randn(32, 2, generator=g, dtype=torch.float64)
-        self.y = self.x @ torch.tensor([1.5, -0.5], dtype=torch.float64) + 0.1 * torch.randn(32, generator=g,
-                                                                                               dtype=torch.float64)
+        self.y = self.x @ torch.tensor([1.5, -0.5], dtype=torch.float64) + 0.1 * torch.randn(
+            32, generator=g, dtype=torch.float64
+        )
         self.x_val, self.y_val = self.x[:8] + 0.05, self.y[:8]
         self.model = torch.nn.Linear(2, 1, bias=False).double()
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.05, momentum=0.9)
@@ -72,8 +80,17 @@ class FakeRun:
 
 
 def train(run: FakeRun, checkpoint=None, eval_at=None, **kw) -> loop.LoopResult:
-    return loop.train(run, STEPS, eval_at=eval_at or loop.every(EVERY, STEPS), name="fake", checkpoint=checkpoint,
-                      run_fingerprint=kw.pop("run_fingerprint", FINGERPRINT), select="val", model=run.model, **kw)
+    return loop.train(
+        run,
+        STEPS,
+        eval_at=eval_at or loop.every(EVERY, STEPS),
+        name="fake",
+        checkpoint=checkpoint,
+        run_fingerprint=kw.pop("run_fingerprint", FINGERPRINT),
+        select="val",
+        model=run.model,
+        **kw,
+    )
 
 
 def assert_same_result(a: loop.LoopResult, b: loop.LoopResult, run_a: FakeRun, run_b: FakeRun) -> None:
@@ -83,8 +100,12 @@ def assert_same_result(a: loop.LoopResult, b: loop.LoopResult, run_a: FakeRun, r
     assert (a.steps_done, a.complete) == (b.steps_done, b.complete)
     for p, q in zip(run_a.model.parameters(), run_b.model.parameters()):
         assert torch.equal(p, q)
-    assert all(torch.equal(u, v) for u, v in zip(run_a.optimizer.state_dict()["state"][0].values(),
-                                                   run_b.optimizer.state_dict()["state"][0].values()))
+    assert all(
+        torch.equal(u, v)
+        for u, v in zip(
+            run_a.optimizer.state_dict()["state"][0].values(), run_b.optimizer.state_dict()["state"][0].values()
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +116,7 @@ def reference():
 
 
 # ---- cadence and what evaluate receives -------------------------------------------------------------------
+
 
 def test_every_evaluates_every_nth_step_and_the_last():
     assert [t for t in range(1, 11) if loop.every(3, 10)(t)] == [3, 6, 9, 10]
@@ -124,6 +146,7 @@ def test_custom_cadence():
 
 # ---- best by validation ----------------------------------------------------------------------------------
 
+
 def test_best_is_the_lowest_validation_value_and_its_state():
     offsets = {2: 0.0, 4: -100.0, 6: 0.0, 8: -50.0, 10: 0.0}  # the lowest value is at step 4, not the last
     run = FakeRun(offsets=offsets)
@@ -140,6 +163,7 @@ def test_best_is_the_lowest_validation_value_and_its_state():
 
 
 # ---- checkpoint and resume -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("checkpoint_every, interrupt_at, saved_at", [(0, 7, 6), (3, 5, 3), (3, 10, 9)])
 def test_resume_is_bitwise_identical(reference, tmp_path, checkpoint_every, interrupt_at, saved_at):
@@ -171,6 +195,7 @@ def test_train_seconds_include_the_interrupted_part(tmp_path):
 
 # ---- divergence ------------------------------------------------------------------------------------------
 
+
 def test_divergence_names_the_step_and_the_quantity():
     run = FakeRun(nan_from=5)
     with pytest.raises(DivergenceError, match=r"fake diverged at step 6: loss = nan"):
@@ -184,13 +209,14 @@ def test_divergence_names_the_step_and_the_quantity():
 
 # ---- damaged and foreign checkpoints ------------------------------------------------------------------------
 
+
 def test_truncated_checkpoint_warns_and_the_run_starts_over(reference, tmp_path):
     ref_out, ref_run = reference
     path = tmp_path / "run.pt"
     with pytest.raises(Interrupted):
         train(FakeRun(interrupt_at=7), path)
     raw = path.read_bytes()
-    path.write_bytes(raw[:len(raw) // 2])
+    path.write_bytes(raw[: len(raw) // 2])
     run = FakeRun()
     with pytest.warns(CheckpointWarning, match="starting the run over"):
         out = train(run, path)
@@ -211,6 +237,7 @@ def test_checkpoint_of_another_run_is_refused(tmp_path):
 
 # ---- the time box ----------------------------------------------------------------------------------------
 
+
 def test_max_evals_stops_early_and_a_second_call_completes_the_run(reference, tmp_path):
     ref_out, ref_run = reference
     path = tmp_path / "run.pt"
@@ -225,6 +252,7 @@ def test_max_evals_stops_early_and_a_second_call_completes_the_run(reference, tm
 
 
 # ---- the loop under the shells trial ------------------------------------------------------------------------
+
 
 def _shells_trial(method: str, **settings):
     from gradalign.data.shells import make_shells

@@ -11,9 +11,30 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_notebook_runs_at_smoke(tmp_path):
     notebooks = sorted((ROOT / "notebooks").rglob("*.ipynb"))
     assert notebooks
-    env = {**os.environ, "GRADALIGN_PRESET": "smoke", "GRADALIGN_RESULTS": str(tmp_path / "results"),
-           "GRADALIGN_PROGRESS": "0", "MPLBACKEND": "Agg", "GRADALIGN_BATCH": "1"}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "--nbval-lax", "--nbval-cell-timeout=600", "-p", "no:cacheprovider",
-                             *map(str, notebooks)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    env = {
+        **os.environ,
+        "GRADALIGN_PRESET": "smoke",
+        "GRADALIGN_RESULTS": str(tmp_path / "results"),
+        "GRADALIGN_PROGRESS": "0",
+        "MPLBACKEND": "Agg",
+        "GRADALIGN_BATCH": "1",
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "--nbval-lax",
+            "--nbval-cell-timeout=600",
+            "-p",
+            "no:cacheprovider",
+            *map(str, notebooks),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert list((tmp_path / "results" / "lga").glob("*/smoke-*.json"))

@@ -13,8 +13,11 @@ from gradalign.training.ssl import TITLES
 def _tab1_record(seeds=1):
     methods = ["lga", "supervised"]
     column = {m: {"test_error": 10.0 + i, "test_error_std": 0.5, "seeds": seeds} for i, m in enumerate(methods)}
-    return {"id": "lga.tab1", "config": {"methods": methods},
-            "metrics": {"columns": {"cifar10/cifar/4000": column, "svhn/svhn/1000": column}}}
+    return {
+        "id": "lga.tab1",
+        "config": {"methods": methods},
+        "metrics": {"columns": {"cifar10/cifar/4000": column, "svhn/svhn/1000": column}},
+    }
 
 
 def test_lga_table1_rows_pair_each_method_with_the_papers_column():
@@ -30,8 +33,11 @@ def test_lga_table1_rows_pair_each_method_with_the_papers_column():
 
 @pytest.mark.parametrize("dataset, paper_sets", [("cifar10", 1), ("fashion_mnist", 2)])
 def test_isoloss_rows_name_the_paper_data_set(dataset, paper_sets):
-    metrics = {f"{dataset}/{loss}/{ema}": {"probe_mean": 70.0, "probe_std": 1.0}
-               for loss in ("L", "iso") for ema in ("ema", "no_ema")}
+    metrics = {
+        f"{dataset}/{loss}/{ema}": {"probe_mean": 70.0, "probe_std": 1.0}
+        for loss in ("L", "iso")
+        for ema in ("ema", "no_ema")
+    }
     rows = paper_vs_ours({"id": "isoloss.tab1", "config": {"datasets": [dataset], "seeds": 1}, "metrics": metrics})
     assert len(rows) == 4 and all(r["paper"].count("±") == paper_sets for r in rows)
     assert str(ISOLOSS_TABLE1["iso"]["cifar10_no_ema"][0]) in rows[3]["paper"]

@@ -27,8 +27,9 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-TINY = SiameseSettings(epochs=2, batch_size=32, warmup_epochs=1, width=0.125, projector_hidden=32,
-                       projector_dim=8, probe_iterations=20)
+TINY = SiameseSettings(
+    epochs=2, batch_size=32, warmup_epochs=1, width=0.125, projector_hidden=32, projector_dim=8, probe_iterations=20
+)
 
 
 def toy_images(n, size=12, channels=1, seed=0):
@@ -83,8 +84,9 @@ def test_each_sample_gets_its_own_random_parameters(channels):
 
 def test_flip_flips_and_the_identity_crop_keeps_the_image():
     x = torch.rand(4, 3, 10, 10)
-    plain = dict(mean=(0.0,) * 3, std=(1.0,) * 3, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), jitter_p=0.0,
-                 grayscale_p=0.0)
+    plain = dict(
+        mean=(0.0,) * 3, std=(1.0,) * 3, crop_scale=(1.0, 1.0), crop_ratio=(1.0, 1.0), jitter_p=0.0, grayscale_p=0.0
+    )
     flipped = SimCLRAugment(flip_p=1.0, **plain)(x, torch.Generator().manual_seed(0))
     kept = SimCLRAugment(flip_p=0.0, **plain)(x, torch.Generator().manual_seed(0))
     torch.testing.assert_close(flipped, x.flip(-1), atol=1e-5, rtol=0)
@@ -196,14 +198,17 @@ def test_resumed_run_is_bitwise_identical_to_an_uninterrupted_one(tmp_path, monk
         train_siamese(images.flip(0), labels, *test, TINY, checkpoint=tmp_path / "split.pt")
 
 
-@pytest.mark.parametrize("change, match, at_construction", [
-    (dict(loss="nope"), "unknown loss", True),
-    (dict(batch_size=1), "batch_size", True),
-    (dict(batch_size=500), "batch_size", False),  # more than the 64 training images: known at training time
-    (dict(warmup_epochs=2), "warmup_epochs", True),
-    (dict(predictor_tau=1.0), "predictor_tau", True),
-    (dict(crop_scale_min=0.0), "crop_scale_min", True),
-])
+@pytest.mark.parametrize(
+    "change, match, at_construction",
+    [
+        (dict(loss="nope"), "unknown loss", True),
+        (dict(batch_size=1), "batch_size", True),
+        (dict(batch_size=500), "batch_size", False),  # more than the 64 training images: known at training time
+        (dict(warmup_epochs=2), "warmup_epochs", True),
+        (dict(predictor_tau=1.0), "predictor_tau", True),
+        (dict(crop_scale_min=0.0), "crop_scale_min", True),
+    ],
+)
 def test_bad_settings_raise_config_error(change, match, at_construction):
     images, labels = toy_images(64)
     if at_construction:  # validated by the constructor: no SiameseSettings with a bad value can exist
@@ -227,6 +232,9 @@ def test_bad_data_raises_config_error():
 
 def test_absurd_learning_rate_raises_divergence_error():
     images, labels = toy_images(64)
-    with pytest.raises(DivergenceError, match=r"Siamese training diverged at step \d+: "
-                                              r"the (previous loss|projector correlation) = "):
+    with pytest.raises(
+        DivergenceError,
+        match=r"Siamese training diverged at step \d+: "
+        r"the (previous loss|projector correlation) = ",
+    ):
         train_siamese(images, labels, images, labels, dataclasses.replace(TINY, lr=1e30, warmup_epochs=0))

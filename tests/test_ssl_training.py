@@ -46,8 +46,9 @@ def _deterministic_threads():
     torch.set_num_threads(before)
 
 
-def make_data(translate: int = 2, n_labeled: int = 16, n_unlabeled: int = 32, n_val: int = 20, n_test: int = 20,
-              seed: int = 0) -> SSLData:
+def make_data(
+    translate: int = 2, n_labeled: int = 16, n_unlabeled: int = 32, n_val: int = 20, n_test: int = 20, seed: int = 0
+) -> SSLData:
     g = torch.Generator().manual_seed(seed)
 
     def x(n):
@@ -98,6 +99,7 @@ def assert_identical(a, b, where: str = "") -> None:
 
 
 # ---- 1. Oliver et al.'s settings (PROTOCOLS.md, section LGA) ---------------------------------------------
+
 
 def expected_settings(method: str, family: str) -> dict:
     """Every field of the method's settings, dotted: Oliver et al.'s tuned values, VAT's eps per family."""
@@ -162,6 +164,7 @@ def test_oliver_settings_unknown_override_is_a_config_error():
 
 # ---- 2. every method trains ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_trains(method):
     data = make_data(translate=2)
@@ -184,6 +187,7 @@ def test_every_method_trains(method):
 
 
 # ---- 3. Supervised: one step against a hand-written Adam step --------------------------------------------
+
 
 def test_supervised_step_matches_manual_adam():
     data = make_data(translate=0)
@@ -211,6 +215,7 @@ def test_supervised_step_matches_manual_adam():
 
 
 # ---- 4. Pseudo-Label's unlabeled loss by hand ---------------------------------------------------------
+
 
 def test_pseudo_label_unlabeled_loss_by_hand():
     data = make_data(translate=0)
@@ -243,6 +248,7 @@ def test_pseudo_label_unlabeled_loss_by_hand():
 
 # ---- 5. only the first clean pass moves BatchNorm running statistics --------------------------------------
 
+
 @pytest.mark.parametrize("method", ["pseudo_label", "pi_model", "mean_teacher", "vat", "vat_entmin"])
 def test_only_first_clean_pass_updates_bn_statistics(method):
     data = make_data(translate=0)
@@ -264,6 +270,7 @@ def test_only_first_clean_pass_updates_bn_statistics(method):
 
 # ---- 6. Mean Teacher: the teacher is the EMA of the student's trajectory -------------------------------
 
+
 def test_mean_teacher_is_ema_of_student():
     data = make_data(translate=2)
     model = make_model()
@@ -284,6 +291,7 @@ def test_mean_teacher_is_ema_of_student():
 
 # ---- 7. LGA + VAT with a zero VAT weight is LGA ----------------------------------------------------------
 
+
 def _one_lga_step(name, settings, data, seed=0):
     model = make_model()
     run = SSLRun(name, model, settings, protocol(rampup_fraction=0.0), data, seed=seed)
@@ -296,7 +304,8 @@ def test_lga_vat_with_zero_weight_equals_lga():
     lga_vat = oliver_settings("lga_vat", "cifar")
     m_lga, r_lga, o_lga = _one_lga_step("lga", oliver_settings("lga", "cifar"), data)
     m_zero, r_zero, o_zero = _one_lga_step(
-        "lga_vat", oliver_settings("lga_vat", "cifar", vat=dataclasses.replace(lga_vat.vat, weight=0.0)), data)
+        "lga_vat", oliver_settings("lga_vat", "cifar", vat=dataclasses.replace(lga_vat.vat, weight=0.0)), data
+    )
     for (name, a), b in zip(m_lga.state_dict().items(), m_zero.state_dict().values()):
         assert torch.equal(a, b), name
     assert torch.equal(r_lga.extra.w, r_zero.extra.w)
@@ -310,6 +319,7 @@ def test_lga_vat_with_zero_weight_equals_lga():
 
 
 # ---- 8. checkpoint and resume ----------------------------------------------------------------------------
+
 
 class Interrupted(Exception):
     pass
@@ -387,6 +397,7 @@ def test_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):
 
 # ---- 8b. the benchmark times the trainer's own steps ------------------------------------------------------
 
+
 def test_lga_cost_benchmark_times_the_trainers_pseudo_label_and_lga_steps(monkeypatch):
     """`benchmarks.lga_step` times `SSLRun.step` of the methods the tables train with, not a copy of them.
     SSLRun looks its method up in METHODS, so a counting step function put there must be called."""
@@ -413,6 +424,7 @@ def test_lga_cost_benchmark_times_the_trainers_pseudo_label_and_lga_steps(monkey
 
 # ---- 9. too few labeled images ---------------------------------------------------------------------------
 
+
 def test_too_few_images_raise_before_compute(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("the run was built before the check")
@@ -429,6 +441,7 @@ def test_too_few_images_raise_before_compute(monkeypatch):
 
 # ---- 10. index streams -----------------------------------------------------------------------------------
 
+
 def _draw(stream, k):
     return torch.cat([stream.next() for _ in range(k)])
 
@@ -437,10 +450,10 @@ def test_index_stream_passes_determinism_and_state():
     n, batch = 10, 3
     drawn = _draw(IndexStream(n, batch, seed=4), 10)  # 30 indices = three full passes
     for p in range(3):
-        assert sorted(drawn[p * n:(p + 1) * n].tolist()) == list(range(n))
+        assert sorted(drawn[p * n : (p + 1) * n].tolist()) == list(range(n))
     assert torch.equal(drawn, _draw(IndexStream(n, batch, seed=4), 10))
     assert not torch.equal(drawn, _draw(IndexStream(n, batch, seed=5), 10))
-    assert not torch.equal(drawn[:n], drawn[n:2 * n])  # reshuffled every pass
+    assert not torch.equal(drawn[:n], drawn[n : 2 * n])  # reshuffled every pass
 
     a = IndexStream(n, batch, seed=4)
     _draw(a, 4)  # mid-pass (position 2 of the second pass)
@@ -464,6 +477,7 @@ def test_index_stream_round_trip_continues_the_sequence():
 
 # ---- 11. unlabeled pool subsets --------------------------------------------------------------------------
 
+
 def test_subset_keeps_and_is_deterministic():
     indices = torch.arange(0, 200, 2)  # 100 even numbers
     keep = torch.tensor([4, 10, 50, 198])
@@ -484,6 +498,7 @@ def test_subset_keeps_and_is_deterministic():
 
 
 # ---- 12. the shells trial --------------------------------------------------------------------------------
+
 
 def test_shells_mlp_shape():
     model = relu_mlp(50, 128, 4, 5)

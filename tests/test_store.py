@@ -106,5 +106,10 @@ def test_verdict_follows_from_the_checks_and_the_scope():
     with pytest.raises(ValueError, match="scope must be one of exact, reduced; got 'full'"):
         derive_verdict({"a": good}, "full")
     result = outcome({"a": good, "b": bad}, {"m": 1}, scope="reduced")
-    assert result == {"metrics": {"m": 1}, "curves": {}, "checks": {"a": good, "b": bad}, "scope": "reduced",
-                      "verdict": {"status": "not reproduced", "failed": ["b"]}}
+    assert result == {
+        "metrics": {"m": 1},
+        "curves": {},
+        "checks": {"a": good, "b": bad},
+        "scope": "reduced",
+        "verdict": {"status": "not reproduced", "failed": ["b"]},
+    }

@@ -82,16 +82,24 @@ DAMAGE = {  # name: (damage(path), the reason the warning must give)
     "old schema": (_edit(_set("schema", value=1)), "has schema 1, expected 2"),
     "wrong key": (_edit(_set("config_hash", value="0" * 12)), "has config_hash '000000000000', expected"),
     "config changed": (_edit(_set("config", "n", value=499)), "has a config that does not hash to its key"),
-    "metric edited": (_edit(_set("metrics", "class_counts", 0, value=100), forge_digest=False),
-                      "has a digest that does not match its content"),
-    "verdict edited": (_edit(_edit_verdict, forge_digest=False),
-                       r"does not follow from its checks "
-                       r"\(stored: not reproduced, failing radii_follow_eq14; derived: reproduced\)"),
+    "metric edited": (
+        _edit(_set("metrics", "class_counts", 0, value=100), forge_digest=False),
+        "has a digest that does not match its content",
+    ),
+    "verdict edited": (
+        _edit(_edit_verdict, forge_digest=False),
+        r"does not follow from its checks "
+        r"\(stored: not reproduced, failing radii_follow_eq14; derived: reproduced\)",
+    ),
     "verdict and digest forged": (_edit(_edit_verdict), "has a verdict that does not follow from its checks"),
-    "NaN": (_literal("metrics", "points_near_boundaries", 0, text="NaN"),
-            r"holds NaN at metrics\.points_near_boundaries\[0\]"),
-    "-Infinity": (_literal("metrics", "class_counts", 2, text="-Infinity"),
-                  r"holds -Infinity at metrics\.class_counts\[2\]"),
+    "NaN": (
+        _literal("metrics", "points_near_boundaries", 0, text="NaN"),
+        r"holds NaN at metrics\.points_near_boundaries\[0\]",
+    ),
+    "-Infinity": (
+        _literal("metrics", "class_counts", 2, text="-Infinity"),
+        r"holds -Infinity at metrics\.class_counts\[2\]",
+    ),
     "overflow": (_literal("curves", "x", 3, 1, text="1e999"), r"holds 1e999 at curves\.x\[3\]\[1\]"),
     "malformed checks": (_edit(_set("checks", "classes_balanced", "passed", value="yes")), "has malformed checks"),
     "unknown scope": (_edit(_set("scope", value="full")), "has scope 'full', expected one of exact, reduced"),
@@ -160,8 +168,9 @@ def test_failed_checks_in_any_order_load_back(store):
     """Stored checks come back key-sorted; a verdict listing its failed checks in the outcome's order still matches."""
     record, _ = _stored(store)
     failing = {"z_last": False, "a_first": False}
-    record["checks"].update({name: {"passed": passed, "value": 0, "rule": "r", "claim": "c"}
-                             for name, passed in failing.items()})
+    record["checks"].update(
+        {name: {"passed": passed, "value": 0, "rule": "r", "claim": "c"} for name, passed in failing.items()}
+    )
     record["verdict"] = derive_verdict(record["checks"], record["scope"])
     assert record["verdict"]["failed"] == ["z_last", "a_first"]
     store.save(record)

@@ -20,63 +20,122 @@ from gradalign.experiments.lga import algorithm1, linear, shells, ssl_benchmark
 # --- the check names each experiment produces at the smoke preset, in order --------------------------
 
 SSL_FIGURE = ["lga_lowest_test_loss_vs_baselines", "lga_beats_supervised", "lga_vat_better_than_either"]
-TOY = ["noSG_collapses", "ws_diverges_above_1", "ws_collapses_below_1", "L_moves_every_mode_to_fixed_point",
-       "iso_converges", "iso_more_uniform"]
+TOY = [
+    "noSG_collapses",
+    "ws_diverges_above_1",
+    "ws_collapses_below_1",
+    "L_moves_every_mode_to_fixed_point",
+    "iso_converges",
+    "iso_more_uniform",
+]
 EXPECTED = {
     "lga.prop1": ["independent_of_other_coordinates", "matches_per_coordinate_recurrence", "sensitive_to_own_lambda"],
-    "lga.fig1": ["faster_in_lambda_u_0.5", "faster_in_lambda_l_0.5", "faster_in_lambda_u_0.9",
-                 "faster_in_lambda_l_0.9", "converges_to_1", "starts_at_0"],
+    "lga.fig1": [
+        "faster_in_lambda_u_0.5",
+        "faster_in_lambda_l_0.5",
+        "faster_in_lambda_u_0.9",
+        "faster_in_lambda_l_0.9",
+        "converges_to_1",
+        "starts_at_0",
+    ],
     "lga.prop2-3": ["optimum_is_fixed_point", "converges_to_supervised_optimum"],
-    "lga.alg1": ["label_gradients_match_autograd", "imputed_label_gradient_matches_double_backward",
-                 "eq25_without_eps_matches_autograd", "invariant_to_parameter_scaling", "jvp_matches_double_backward",
-                 "jvp_leaves_bn_statistics", "lga_step_cost", "imputed_labels_learn"],
+    "lga.alg1": [
+        "label_gradients_match_autograd",
+        "imputed_label_gradient_matches_double_backward",
+        "eq25_without_eps_matches_autograd",
+        "invariant_to_parameter_scaling",
+        "jvp_matches_double_backward",
+        "jvp_leaves_bn_statistics",
+        "lga_step_cost",
+        "imputed_labels_learn",
+    ],
     "lga.fig2": ["radii_follow_eq14", "classes_balanced", "boundaries_in_dense_regions"],
     "lga.fig3": ["lga_alignment_larger", "lga_larger_most_of_training"],
     "lga.fig4": ["lga_lower_test_loss", "lga_higher_test_accuracy", "lga_higher_best_accuracy"],
-    "lga.fig5": SSL_FIGURE, "lga.fig6": SSL_FIGURE, "lga.fig7": SSL_FIGURE,
+    "lga.fig5": SSL_FIGURE,
+    "lga.fig6": SSL_FIGURE,
+    "lga.fig7": SSL_FIGURE,
     "lga.tab1": ["lga_vat_best_first_column", "lga_beats_baselines_first_column", "vat_entmin_best_second_column"],
-    "isoloss.eq1-2": ["predictor_shares_eigenbasis", "loss_decouples_into_modes", "mode_gradient",
-                      "running_estimate_converges", "normalised_predictor", "closed_form_predictor"],
-    "isoloss.eq5-8": ["rates_match_eq5_8", "closed_form_expected_gradient", "discrete_step_keeps_eigenbasis",
-                      "monte_carlo_rates"],
+    "isoloss.eq1-2": [
+        "predictor_shares_eigenbasis",
+        "loss_decouples_into_modes",
+        "mode_gradient",
+        "running_estimate_converges",
+        "normalised_predictor",
+        "closed_form_predictor",
+    ],
+    "isoloss.eq5-8": [
+        "rates_match_eq5_8",
+        "closed_form_expected_gradient",
+        "discrete_step_keeps_eigenbasis",
+        "monte_carlo_rates",
+    ],
     "isoloss.a1": ["ntk_is_kronecker", "gram_approaches_identity", "updates_align_with_gradient", "relu_ntk_psd"],
     "isoloss.fig2": TOY + ["simulation_matches_eq5_8"],
     "isoloss.fig3": TOY,
-    "isoloss.tab1": ["fashion_mnist_iso_keeps_accuracy_without_ema", "fashion_mnist_L_loses_accuracy_without_ema",
-                     "fashion_mnist_iso_beats_L_without_ema"],
+    "isoloss.tab1": [
+        "fashion_mnist_iso_keeps_accuracy_without_ema",
+        "fashion_mnist_L_loses_accuracy_without_ema",
+        "fashion_mnist_iso_beats_L_without_ema",
+    ],
 }
 
 # --- passing measurements for each check function ---------------------------------------------------
 
-GRID = [30, 20, 10,
-        25, 15, 5]  # 2 lambda^l rows x 3 lambda^u columns: fewer steps to the right and downwards
-NOT_FASTER_IN_U = [30, 35, 10,
-                   25, 15, 5]
-NOT_FASTER_IN_L = [30, 20, 10,
-                   31, 15, 5]
-NEVER_REACHED_LAST = [30, 20, None,
-                      25, 15, 5]  # a curve that never reaches the level counts as infinitely slow
+GRID = [30, 20, 10, 25, 15, 5]  # 2 lambda^l rows x 3 lambda^u columns: fewer steps to the right and downwards
+NOT_FASTER_IN_U = [30, 35, 10, 25, 15, 5]
+NOT_FASTER_IN_L = [30, 20, 10, 31, 15, 5]
+NEVER_REACHED_LAST = [30, 20, None, 25, 15, 5]  # a curve that never reaches the level counts as infinitely slow
 
 
 def _ssl_table(labels=(50, 100), **changes) -> dict:
     """Per method (test_error, test_loss) at every label count; `changes`: method -> per-label lists."""
-    base = {"supervised": (40, 1.5), "pseudo_label": (35, 1.3), "pi_model": (34, 1.2), "mean_teacher": (33, 1.25),
-            "vat": (30, 1.1), "lga": (31, 0.9), "lga_vat": (28, 0.95)}
+    base = {
+        "supervised": (40, 1.5),
+        "pseudo_label": (35, 1.3),
+        "pi_model": (34, 1.2),
+        "mean_teacher": (33, 1.25),
+        "vat": (30, 1.1),
+        "lga": (31, 0.9),
+        "lga_vat": (28, 0.95),
+    }
     table = {}
     for m, (err, loss) in base.items():
         errs, losses = changes.get(m, ([err] * len(labels), [loss] * len(labels)))
-        table[m] = {"family": "cifar", "by_labels": {str(n): {"test_error": e, "test_loss": lo}
-                                                     for n, e, lo in zip(labels, errs, losses)}}
+        table[m] = {
+            "family": "cifar",
+            "by_labels": {str(n): {"test_error": e, "test_loss": lo} for n, e, lo in zip(labels, errs, losses)},
+        }
     return table
 
 
 def _columns(first=None, second=None) -> dict:
-    first_col = {"lga_vat": 12.0, "lga": 12.9, "vat": 13.4, "vat_entmin": 13.1, "pi_model": 16.4,
-                 "mean_teacher": 15.9, "pseudo_label": 17.8, "supervised": 20.3, **(first or {})}
-    second_col = {"lga_vat": 6.0, "lga": 7.6, "vat": 5.6, "vat_entmin": 5.35, "pi_model": 7.2,
-                  "mean_teacher": 5.7, "pseudo_label": 8.0, "supervised": 12.3, **(second or {})}
-    return {"fashion_mnist/cifar/100": {m: {"test_error": e} for m, e in first_col.items()},
-            "fashion_mnist/svhn/50": {m: {"test_error": e} for m, e in second_col.items()}}
+    first_col = {
+        "lga_vat": 12.0,
+        "lga": 12.9,
+        "vat": 13.4,
+        "vat_entmin": 13.1,
+        "pi_model": 16.4,
+        "mean_teacher": 15.9,
+        "pseudo_label": 17.8,
+        "supervised": 20.3,
+        **(first or {}),
+    }
+    second_col = {
+        "lga_vat": 6.0,
+        "lga": 7.6,
+        "vat": 5.6,
+        "vat_entmin": 5.35,
+        "pi_model": 7.2,
+        "mean_teacher": 5.7,
+        "pseudo_label": 8.0,
+        "supervised": 12.3,
+        **(second or {}),
+    }
+    return {
+        "fashion_mnist/cifar/100": {m: {"test_error": e} for m, e in first_col.items()},
+        "fashion_mnist/svhn/50": {m: {"test_error": e} for m, e in second_col.items()},
+    }
 
 
 STAR, KAPPA = 1 / 1.01, 1.01  # sigma = 0.1: fixed point of L and L_iso, and 1 + sigma^2
@@ -94,54 +153,101 @@ def _approach(target, arrival, start=LAM0) -> torch.Tensor:
 def _ws(end, diverge_at=10) -> torch.Tensor:
     """L_ws: modes move linearly to `end` until the run stops at `diverge_at`; NaN afterwards."""
     lam = _approach(end, [diverge_at] * 4)
-    lam[diverge_at + 1:] = float("nan")
+    lam[diverge_at + 1 :] = float("nan")
     return lam
 
 
 def _toy(**lam) -> dict:
-    good = {"L": _approach(STAR, [5, 10, 15, 18]), "noSG": _approach(0.01 * LAM0, [20] * 4),
-            "ws": _ws(torch.tensor([0.02, 0.05, 15.0, 20.0])), "iso": _approach(STAR, [5, 5, 5, 5])}
+    good = {
+        "L": _approach(STAR, [5, 10, 15, 18]),
+        "noSG": _approach(0.01 * LAM0, [20] * 4),
+        "ws": _ws(torch.tensor([0.02, 0.05, 15.0, 20.0])),
+        "iso": _approach(STAR, [5, 5, 5, 5]),
+    }
     return {**good, **lam}
 
 
 def _acc(**changes) -> dict:
-    return {"L/ema": 80.0, "L/no_ema": 70.0, "iso/ema": 82.0, "iso/no_ema": 81.0,
-            **{k.replace("_", "/", 1): v for k, v in changes.items()}}
+    return {
+        "L/ema": 80.0,
+        "L/no_ema": 70.0,
+        "iso/ema": 82.0,
+        "iso/no_ema": 81.0,
+        **{k.replace("_", "/", 1): v for k, v in changes.items()},
+    }
 
 
 # name -> (check function, passing keyword arguments)
 FUNCTIONS = {
-    "monotone": (lambda **kw: dict(zip(("along_u", "along_l"), linear._monotone_faster(**kw))),
-                 {"times": GRID, "rows": 2, "cols": 3}),
-    "figure1": (linear.figure1_checks, {"times": {0.5: GRID, 0.9: [t + 5 for t in GRID]}, "rows": 2, "cols": 3,
-                                        "c_final": torch.full((6,), 0.995, dtype=torch.float64),
-                                        "c0": torch.zeros(6, dtype=torch.float64)}),
+    "monotone": (
+        lambda **kw: dict(zip(("along_u", "along_l"), linear._monotone_faster(**kw))),
+        {"times": GRID, "rows": 2, "cols": 3},
+    ),
+    "figure1": (
+        linear.figure1_checks,
+        {
+            "times": {0.5: GRID, 0.9: [t + 5 for t in GRID]},
+            "rows": 2,
+            "cols": 3,
+            "c_final": torch.full((6,), 0.995, dtype=torch.float64),
+            "c0": torch.zeros(6, dtype=torch.float64),
+        },
+    ),
     "prop1": (linear.proposition1_checks, {"independence": 1e-15, "rec_gap": 1e-14, "sensitivity": 0.1}),
     "prop2-3": (linear.propositions2_3_checks, {"fixed_gap": 1e-16, "worst": 1e-6, "tolerance": 1e-4}),
-    "alg1_linear": (algorithm1.algorithm1_linear_checks,
-                    {"grad_gap": 1e-15, "label_gap": 1e-13, "eq25_gap": 1e-13, "invariance": 1e-11}),
-    "alg1_classification": (algorithm1.algorithm1_classification_checks,
-                            {"rel_gap": 1e-13, "bn_moved": 0.0, "pass_moved": 0.3, "cost_ratio": 1.2,
-                             "imputed_accuracy": 0.8}),
-    "shells_fig2": (shells.shells_figure_checks, {"outside": 0, "counts": [100, 95, 105, 98, 102], "n": 500,
-                                                  "both": [True] * 4, "mixed": [30, 41, 52, 60]}),
-    "shells_fig3": (shells.figure3_checks, {"mean_alignment": {"lga": 0.3, "supervised": 0.1}, "above": 8,
-                                            "evaluations": 10}),
-    "shells_fig4": (shells.figure4_checks, {"final_test_loss": {"lga": 0.5, "supervised": 0.6},
-                                            "final_test_accuracy": {"lga": 0.9, "supervised": 0.8},
-                                            "best_test_accuracy": {"lga": 0.92, "supervised": 0.85}}),
+    "alg1_linear": (
+        algorithm1.algorithm1_linear_checks,
+        {"grad_gap": 1e-15, "label_gap": 1e-13, "eq25_gap": 1e-13, "invariance": 1e-11},
+    ),
+    "alg1_classification": (
+        algorithm1.algorithm1_classification_checks,
+        {"rel_gap": 1e-13, "bn_moved": 0.0, "pass_moved": 0.3, "cost_ratio": 1.2, "imputed_accuracy": 0.8},
+    ),
+    "shells_fig2": (
+        shells.shells_figure_checks,
+        {"outside": 0, "counts": [100, 95, 105, 98, 102], "n": 500, "both": [True] * 4, "mixed": [30, 41, 52, 60]},
+    ),
+    "shells_fig3": (
+        shells.figure3_checks,
+        {"mean_alignment": {"lga": 0.3, "supervised": 0.1}, "above": 8, "evaluations": 10},
+    ),
+    "shells_fig4": (
+        shells.figure4_checks,
+        {
+            "final_test_loss": {"lga": 0.5, "supervised": 0.6},
+            "final_test_accuracy": {"lga": 0.9, "supervised": 0.8},
+            "best_test_accuracy": {"lga": 0.92, "supervised": 0.85},
+        },
+    ),
     "ssl_figure": (ssl_benchmark._figure_checks, {"table": _ssl_table(), "labels": (50, 100)}),
     "ssl_table": (ssl_benchmark.table1_checks, {"columns": _columns(), "methods": ssl_benchmark.TABLE_METHODS}),
-    "eq1-2": (eigenmodes.decoupling_checks, {"commute": 1e-15, "basis": 1e-15, "decoupled": 1e-16, "mode_grad": 1e-15,
-                                             "estimate_err": 0.05, "tol_est": 0.1, "matrix_err": 0.15,
-                                             "top_offset": 0.0, "closed": 1e-15}),
-    "eq5-8": (eigenmodes.rates_checks, {"exact_gap": 1e-13, "closed_gap": 1e-14, "step_gap": 1e-14, "mc_gap": 0.05,
-                                        "mc_samples": 20_000}),
-    "a1": (eigenmodes.ntk_checks, {"eq11": 1e-16, "slope": -0.5, "rms": [0.5, 0.12, 0.016],
-                                   "align": [0.6, 0.95, 0.998], "relu_min_eig": 1e-4}),
+    "eq1-2": (
+        eigenmodes.decoupling_checks,
+        {
+            "commute": 1e-15,
+            "basis": 1e-15,
+            "decoupled": 1e-16,
+            "mode_grad": 1e-15,
+            "estimate_err": 0.05,
+            "tol_est": 0.1,
+            "matrix_err": 0.15,
+            "top_offset": 0.0,
+            "closed": 1e-15,
+        },
+    ),
+    "eq5-8": (
+        eigenmodes.rates_checks,
+        {"exact_gap": 1e-13, "closed_gap": 1e-14, "step_gap": 1e-14, "mc_gap": 0.05, "mc_samples": 20_000},
+    ),
+    "a1": (
+        eigenmodes.ntk_checks,
+        {"eq11": 1e-16, "slope": -0.5, "rms": [0.5, 0.12, 0.016], "align": [0.6, 0.95, 0.998], "relu_min_eig": 1e-4},
+    ),
     "toy": (toy._toy_checks, {"lam": _toy(), "ws_diverged_at": 10, "star": STAR, "kappa": KAPPA, "cap": 1e6}),
-    "toy_prediction": (toy._prediction_checks, {"gaps": {"L": 0.05, "noSG": 0.08, "ws": 0.02, "iso": 0.03},
-                                                "samples": 50_000}),
+    "toy_prediction": (
+        toy._prediction_checks,
+        {"gaps": {"L": 0.05, "noSG": 0.08, "ws": 0.02, "iso": 0.03}, "samples": 50_000},
+    ),
     "siamese": (deep_siamese.siamese_checks, {"name": "fashion_mnist", "acc": _acc()}),
 }
 
@@ -181,8 +287,12 @@ FAILING = [
     ("ssl_figure", "lga_lowest_test_loss_vs_baselines", {"table": _ssl_table(vat=([30, 30], [1.1, 0.85]))}, ()),
     ("ssl_figure", "lga_beats_supervised", {"table": _ssl_table(supervised=([40, 30.5], [1.5, 1.5]))}, ()),
     ("ssl_figure", "lga_vat_better_than_either", {"table": _ssl_table(lga_vat=([32, 32], [0.95, 0.95]))}, ()),
-    ("ssl_figure", "lga_vat_better_than_either",  # one win in three label counts is fewer than half
-     {"table": _ssl_table((50, 100, 200), lga_vat=([28, 32, 32], [0.95] * 3)), "labels": (50, 100, 200)}, ()),
+    (
+        "ssl_figure",
+        "lga_vat_better_than_either",  # one win in three label counts is fewer than half
+        {"table": _ssl_table((50, 100, 200), lga_vat=([28, 32, 32], [0.95] * 3)), "labels": (50, 100, 200)},
+        (),
+    ),
     ("ssl_table", "lga_vat_best_first_column", {"columns": _columns(first={"lga_vat": 13.5})}, ()),
     ("ssl_table", "lga_beats_baselines_first_column", {"columns": _columns(first={"vat_entmin": 12.5})}, ()),
     ("ssl_table", "vat_entmin_best_second_column", {"columns": _columns(second={"vat": 5.0})}, ()),
@@ -210,16 +320,28 @@ FAILING = [
     ("toy", "ws_diverges_above_1", {"ws_diverged_at": None}, ()),
     ("toy", "ws_diverges_above_1", {"lam": _toy(ws=_ws(torch.tensor([0.02, 0.05, 1.4, 20.0])))}, ()),
     ("toy", "ws_collapses_below_1", {"lam": _toy(ws=_ws(torch.tensor([0.02, 0.6, 15.0, 20.0])))}, ()),
-    ("toy", "L_moves_every_mode_to_fixed_point", {"lam": _toy(L=_approach([0.1, STAR, STAR, STAR], [5, 10, 15, 18]))},
-     ()),
+    (
+        "toy",
+        "L_moves_every_mode_to_fixed_point",
+        {"lam": _toy(L=_approach([0.1, STAR, STAR, STAR], [5, 10, 15, 18]))},
+        (),
+    ),
     # an L_iso mode that ends outside 5% of the fixed point also never settles in the band
-    ("toy", "iso_converges", {"lam": _toy(iso=_approach([STAR, STAR, 1.06 * STAR, STAR], [5, 5, 5, 5]))},
-     ("iso_more_uniform",)),
+    (
+        "toy",
+        "iso_converges",
+        {"lam": _toy(iso=_approach([STAR, STAR, 1.06 * STAR, STAR], [5, 5, 5, 5]))},
+        ("iso_more_uniform",),
+    ),
     ("toy", "iso_more_uniform", {"lam": _toy(iso=_approach(STAR, [2, 5, 18, 19]))}, ()),  # wider spread, slower
     ("toy", "iso_more_uniform", {"lam": _toy(iso=_approach(STAR, [17, 18, 19, 19]))}, ()),  # uniform but slower
     ("toy_prediction", "simulation_matches_eq5_8", {"gaps": {"L": 0.05, "noSG": 0.08, "ws": 0.12, "iso": 0.03}}, ()),
-    ("toy_prediction", "simulation_matches_eq5_8", {"gaps": {"L": 0.3, "noSG": 0.08, "ws": 0.02, "iso": 0.03},
-                                                    "samples": 4000}, ()),
+    (
+        "toy_prediction",
+        "simulation_matches_eq5_8",
+        {"gaps": {"L": 0.3, "noSG": 0.08, "ws": 0.02, "iso": 0.03}, "samples": 4000},
+        (),
+    ),
     ("siamese", "fashion_mnist_iso_keeps_accuracy_without_ema", {"acc": _acc(iso_no_ema=78.0)}, ()),
     ("siamese", "fashion_mnist_L_loses_accuracy_without_ema", {"acc": _acc(L_no_ema=76.0)}, ()),
     ("siamese", "fashion_mnist_iso_beats_L_without_ema", {"acc": _acc(L_ema=85.0, L_no_ema=77.0)}, ()),
@@ -256,8 +378,9 @@ def test_edges_that_the_rules_allow_pass(fn_key, changes):
     assert _failed(_run(fn_key, **changes)) == []
 
 
-@pytest.mark.parametrize("fn_key, name, changes, also", FAILING,
-                         ids=[f"{name}-{i}" for i, (_, name, _, _) in enumerate(FAILING)])
+@pytest.mark.parametrize(
+    "fn_key, name, changes, also", FAILING, ids=[f"{name}-{i}" for i, (_, name, _, _) in enumerate(FAILING)]
+)
 def test_failing_measurements_fail_that_check(fn_key, name, changes, also):
     checks = _run(fn_key, **changes)
     assert checks[name]["passed"] is False
@@ -267,8 +390,9 @@ def test_failing_measurements_fail_that_check(fn_key, name, changes, also):
 VERDICT_CASES = [case for case in FAILING if case[0] != "monotone"]  # _monotone_faster: a predicate of figure1_checks
 
 
-@pytest.mark.parametrize("fn_key, name, changes, also", VERDICT_CASES,
-                         ids=[f"{name}-{i}" for i, (_, name, _, _) in enumerate(VERDICT_CASES)])
+@pytest.mark.parametrize(
+    "fn_key, name, changes, also", VERDICT_CASES, ids=[f"{name}-{i}" for i, (_, name, _, _) in enumerate(VERDICT_CASES)]
+)
 @pytest.mark.parametrize("scope", ["exact", "reduced"])
 def test_a_failed_check_makes_the_verdict_not_reproduced(fn_key, name, changes, also, scope):
     fn, good = FUNCTIONS[fn_key]
@@ -289,6 +413,7 @@ def test_check_records_keep_value_rule_and_claim():
 
 # --- every check name the experiments produce is covered -------------------------------------------
 
+
 def _smoke_names(exp_id: str) -> list[str]:
     """The check names experiment `exp_id` produces at the smoke preset, built with its check functions the way
     the experiment calls them."""
@@ -296,23 +421,39 @@ def _smoke_names(exp_id: str) -> list[str]:
     call = lambda key, **kw: list(_run(key, **kw))  # noqa: E731
     if exp_id == "lga.fig1":
         n = len(cfg.lambda_l) * len(cfg.lambda_u)
-        return call("figure1", times={level: [1] * n for level in linear.LEVELS}, rows=len(cfg.lambda_l),
-                    cols=len(cfg.lambda_u), c_final=torch.ones(n), c0=torch.zeros(n))
+        return call(
+            "figure1",
+            times={level: [1] * n for level in linear.LEVELS},
+            rows=len(cfg.lambda_l),
+            cols=len(cfg.lambda_u),
+            c_final=torch.ones(n),
+            c0=torch.zeros(n),
+        )
     if exp_id == "lga.alg1":
         return call("alg1_linear") + call("alg1_classification")
     if exp_id in ("lga.fig5", "lga.fig6", "lga.fig7"):
         return call("ssl_figure", table={m: _ssl_table(cfg.labels)[m] for m in cfg.methods}, labels=cfg.labels)
     if exp_id == "lga.tab1":
         cols = _columns()
-        columns = {f"{d}/{f}/{n}": dict(zip(cfg.methods, col.values()))
-                   for (d, f, n, _), col in zip(cfg.columns, cols.values())}
+        columns = {
+            f"{d}/{f}/{n}": dict(zip(cfg.methods, col.values()))
+            for (d, f, n, _), col in zip(cfg.columns, cols.values())
+        }
         return call("ssl_table", columns=columns, methods=cfg.methods)
     if exp_id in ("isoloss.fig2", "isoloss.fig3"):
         return call("toy") + (call("toy_prediction", samples=cfg.samples) if cfg.activation == "linear" else [])
     if exp_id == "isoloss.tab1":
         return [n for name in cfg.datasets for n in call("siamese", name=name)]
-    key = {"lga.prop1": "prop1", "lga.prop2-3": "prop2-3", "lga.fig2": "shells_fig2", "lga.fig3": "shells_fig3",
-           "lga.fig4": "shells_fig4", "isoloss.eq1-2": "eq1-2", "isoloss.eq5-8": "eq5-8", "isoloss.a1": "a1"}[exp_id]
+    key = {
+        "lga.prop1": "prop1",
+        "lga.prop2-3": "prop2-3",
+        "lga.fig2": "shells_fig2",
+        "lga.fig3": "shells_fig3",
+        "lga.fig4": "shells_fig4",
+        "isoloss.eq1-2": "eq1-2",
+        "isoloss.eq5-8": "eq5-8",
+        "isoloss.a1": "a1",
+    }[exp_id]
     return call(key)
 
 
@@ -327,9 +468,14 @@ def test_check_functions_produce_the_experiments_names(exp_id):
 
 # experiments that run in well under a second once shrunk (their check names do not depend on the sizes);
 # isoloss.a1 is left out: its first torch.func call imports torch._dynamo (seconds)
-SHRUNK = {"lga.prop1": {"steps": 200, "record_every": 10}, "lga.fig1": {"steps": 200, "record_every": 10},
-          "lga.prop2-3": {"steps": 200, "record_every": 10}, "lga.fig2": {}, "isoloss.eq1-2": {"estimate_steps": 50},
-          "isoloss.eq5-8": {"mc_samples": 500, "alphas": (1.0,)}}
+SHRUNK = {
+    "lga.prop1": {"steps": 200, "record_every": 10},
+    "lga.fig1": {"steps": 200, "record_every": 10},
+    "lga.prop2-3": {"steps": 200, "record_every": 10},
+    "lga.fig2": {},
+    "isoloss.eq1-2": {"estimate_steps": 50},
+    "isoloss.eq5-8": {"mc_samples": 500, "alphas": (1.0,)},
+}
 
 
 @pytest.mark.parametrize("exp_id", list(SHRUNK))

@@ -51,7 +51,9 @@ def test_ssl_split_is_class_balanced_and_seeded():
     assert not set(split.validation.tolist()) & set(split.unlabeled.tolist())
     assert set(split.labeled.tolist()) <= set(split.unlabeled.tolist())  # the stream includes the labeled images
     again = ssl_split(labels, 40, 100, seed=3)
-    assert torch.equal(again.labeled, split.labeled) and not torch.equal(ssl_split(labels, 40, 100, seed=4).labeled, split.labeled)
+    assert torch.equal(again.labeled, split.labeled) and not torch.equal(
+        ssl_split(labels, 40, 100, seed=4).labeled, split.labeled
+    )
 
 
 def test_ssl_split_bad_inputs():

@@ -134,15 +134,3 @@ def content_digest(document: dict) -> str:
     body = json.loads(dumps_strict({key: value for key, value in document.items() if key != "digest"}))
     canonical = dumps_strict(body, sort_keys=True, separators=(",", ":"))  # keys and tuples as JSON stores them
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def json_cached(path: Path, compute: Callable[[], object]):
-    """Deprecated: use runcache.cached_run. The JSON stored at `path`, else `compute()` stored there atomically."""
-    if path.exists():
-        try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            path.unlink()
-    value = compute()
-    write_atomically(path, lambda handle: json.dump(value, handle))
-    return value

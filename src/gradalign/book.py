@@ -133,9 +133,16 @@ def execute(notebook: Path, target: Path, preset: str) -> None:
     previous = os.environ.get("GRADALIGN_BATCH")
     os.environ["GRADALIGN_BATCH"] = "1"  # the kernel inherits it: no live widgets in batch runs
     try:
-        papermill.execute_notebook(str(notebook), str(tmp), parameters={"preset": preset}, cwd=str(notebook.parent),
-                                   kernel_name="python3", progress_bar=False, log_output=False,
-                                   execution_timeout=CELL_TIMEOUT_S)
+        papermill.execute_notebook(
+            str(notebook),
+            str(tmp),
+            parameters={"preset": preset},
+            cwd=str(notebook.parent),
+            kernel_name="python3",
+            progress_bar=False,
+            log_output=False,
+            execution_timeout=CELL_TIMEOUT_S,
+        )
     finally:
         if previous is None:
             os.environ.pop("GRADALIGN_BATCH")
@@ -146,7 +153,8 @@ def execute(notebook: Path, target: Path, preset: str) -> None:
 
 
 def _hide_default_parameters(path: Path) -> None:
-    """Papermill adds an `injected-parameters` cell after the `parameters` cell; the page shows only the one in force."""
+    """Papermill adds an `injected-parameters` cell after the `parameters` cell; the page shows only the one
+    in force."""
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
@@ -159,8 +167,9 @@ def _hide_default_parameters(path: Path) -> None:
     nbformat.write(nb, path)
 
 
-def build_book(preset: str = "auto", out: str | Path = "_build", force: bool = False,
-               store: ResultStore | None = None) -> dict:
+def build_book(
+    preset: str = "auto", out: str | Path = "_build", force: bool = False, store: ResultStore | None = None
+) -> dict:
     """Execute what changed and build `<out>/html`; returns {'executed': [...], 'skipped': [...], 'html': path}."""
     from gradalign.config import check_preset
     from gradalign.report import report_markdown
@@ -193,7 +202,9 @@ def build_book(preset: str = "auto", out: str | Path = "_build", force: bool = F
             cache_path.write_text(json.dumps(cache, indent=1))
             executed.append(entry)
         else:
-            page = next((root / f"{entry}{ext}" for ext in (".md", ".ipynb") if (root / f"{entry}{ext}").exists()), None)
+            page = next(
+                (root / f"{entry}{ext}" for ext in (".md", ".ipynb") if (root / f"{entry}{ext}").exists()), None
+            )
             if page is None:
                 raise ConfigError(f"_toc.yml lists {entry!r} but neither {entry}.md nor {entry}.ipynb exists")
             _copy_if_changed(page, src / page.relative_to(root))
@@ -205,8 +216,18 @@ def build_book(preset: str = "auto", out: str | Path = "_build", force: bool = F
 def _jupyter_book(src: Path, out: Path) -> None:
     """jupyter-book writes `<path-output>/_build/html`; we build there and expose it as `<out>/html`."""
     jb = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(jb) if jb.exists() else "jupyter-book", "build", str(src), "--path-output", str(out / "jb"),
-           "--builder", "html", "-W", "-n", "--keep-going"]
+    cmd = [
+        str(jb) if jb.exists() else "jupyter-book",
+        "build",
+        str(src),
+        "--path-output",
+        str(out / "jb"),
+        "--builder",
+        "html",
+        "-W",
+        "-n",
+        "--keep-going",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-6000:] + result.stderr[-6000:])

@@ -55,8 +55,11 @@ def cmd_run(args) -> int:
     stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)
     if stored is None:
         _check_writable(store.root)
-    record = stored if stored is not None else runner.run(args.id, preset, overrides, force=args.force,
-                                                           store=store, device=args.device)
+    record = (
+        stored
+        if stored is not None
+        else runner.run(args.id, preset, overrides, force=args.force, store=store, device=args.device)
+    )
     _print_record(record, store, loaded=stored is not None)
     _print_device_notes(exp, record, args.device, loaded=stored is not None)
     return 0
@@ -88,8 +91,10 @@ def _check_writable(root: Path) -> None:
     """Before computing: the record's folder must be creatable and writable."""
     ancestor = _nearest_existing(root)
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(f"results root {str(root)!r} is not writable ({str(ancestor)!r} is read-only); "
-                          "give another with --results or GRADALIGN_RESULTS")
+        raise ConfigError(
+            f"results root {str(root)!r} is not writable ({str(ancestor)!r} is read-only); "
+            "give another with --results or GRADALIGN_RESULTS"
+        )
 
 
 def _nearest_existing(path: Path) -> Path:
@@ -103,8 +108,10 @@ def _print_record(record: dict, store, loaded: bool) -> None:
     prov = record["provenance"]
     print(f"{record['id']} [{record['preset']}] {record['verdict']['status']}")
     if loaded:
-        print(f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {prov['wall_time_s']:.1f} s "
-              f"on {prov['hardware']} (--force recomputes)")
+        print(
+            f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {prov['wall_time_s']:.1f} s "
+            f"on {prov['hardware']} (--force recomputes)"
+        )
     else:
         print(f"  computed now in {prov['wall_time_s']:.1f} s on {prov['hardware']}")
     for name, check in record["checks"].items():
@@ -124,8 +131,10 @@ def _print_device_notes(exp, record: dict, device: str, loaded: bool) -> None:
         return
     used = str(record["provenance"].get("device", "cpu"))
     if loaded and used.split(":")[0] != asked:
-        print(f"note: you asked for --device {device}, but this stored record was computed on {used}; "
-              f"--force recomputes it on {device}")
+        print(
+            f"note: you asked for --device {device}, but this stored record was computed on {used}; "
+            f"--force recomputes it on {device}"
+        )
 
 
 def _show_config(cfg, preset: str) -> int:
@@ -150,8 +159,10 @@ def cmd_book(args) -> int:
     from gradalign.book import build_book
 
     result = build_book(args.preset, args.out, force=args.force)
-    print(f"executed {len(result['executed'])} notebook(s), up to date {len(result['skipped'])}; "
-          f"book: {result['html']}/index.html")
+    print(
+        f"executed {len(result['executed'])} notebook(s), up to date {len(result['skipped'])}; "
+        f"book: {result['html']}/index.html"
+    )
     return 0
 
 
@@ -171,8 +182,11 @@ def cmd_data(args) -> int:
 
     raw = prepare_fashion_mnist(args.root)
     if raw is None:
-        print(f"Fashion-MNIST: not found (looked in {raw_dir(args.root)} and /usr/share/datasets/fashion-mnist); "
-              "install the Debian package dataset-fashion-mnist or set GRADALIGN_DATA", file=sys.stderr)
+        print(
+            f"Fashion-MNIST: not found (looked in {raw_dir(args.root)} and /usr/share/datasets/fashion-mnist); "
+            "install the Debian package dataset-fashion-mnist or set GRADALIGN_DATA",
+            file=sys.stderr,
+        )
         return 1
     print(f"Fashion-MNIST ready in {raw}")
     return 0
@@ -196,18 +210,27 @@ def parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one experiment (or load its stored record)")
     r.add_argument("id", help="element id, e.g. lga.fig1 (see `gradalign list`)")
     r.add_argument("--preset", default="cpu", help="smoke | cpu | gpu | paper | auto (default: cpu)")
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config field, JSON value (steps=100, labels=[250,1000]); "
-                        "dotted names reach nested settings (trial.lr=3e-4); see --show-config")
+    r.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, JSON value (steps=100, labels=[250,1000]); "
+        "dotted names reach nested settings (trial.lr=3e-4); see --show-config",
+    )
     r.add_argument("--force", action="store_true", help="recompute even if a record is stored")
     r.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
     r.add_argument("--results", help="results root (default: $GRADALIGN_RESULTS or ./results)")
-    r.add_argument("--show-config", action="store_true",
-                   help="print the resolved config (every dotted name --set accepts) and exit without computing")
+    r.add_argument(
+        "--show-config",
+        action="store_true",
+        help="print the resolved config (every dotted name --set accepts) and exit without computing",
+    )
     r.set_defaults(func=cmd_run)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")
-    b.add_argument("--preset", default="auto",
-                   help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper")
+    b.add_argument(
+        "--preset", default="auto", help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper"
+    )
     b.add_argument("--out", default="_build", help="build folder (default: _build; the book lands in _build/html)")
     b.add_argument("--force", action="store_true", help="re-execute every notebook")
     b.set_defaults(func=cmd_book)

@@ -32,10 +32,14 @@ def _lga_tab1(record: dict) -> list[dict]:
             mean, std = LGA_TABLE1[TITLES[method]][paper_key]
             ours = by_method[method]
             spread = f" ± {ours['test_error_std']:.2f}" if ours["seeds"] > 1 else ""
-            rows.append({"quantity": f"{TITLES[method]}: test error %",
-                         "paper": f"{mean:.2f} ± {std:.2f} ({paper_where}, {LGA_TABLE1_TRIALS} trials)",
-                         "ours": f"{ours['test_error']:.2f}{spread} ({_title(dataset)}, {labels} labels, "
-                                 f"{_title(FAMILY_DATA[family])} hyperparameters, {_seeds(ours['seeds'])})"})
+            rows.append(
+                {
+                    "quantity": f"{TITLES[method]}: test error %",
+                    "paper": f"{mean:.2f} ± {std:.2f} ({paper_where}, {LGA_TABLE1_TRIALS} trials)",
+                    "ours": f"{ours['test_error']:.2f}{spread} ({_title(dataset)}, {labels} labels, "
+                    f"{_title(FAMILY_DATA[family])} hyperparameters, {_seeds(ours['seeds'])})",
+                }
+            )
     return rows
 
 
@@ -51,15 +55,21 @@ def _isoloss_tab1(record: dict) -> list[dict]:
                 paper = "; ".join(f"{m} ± {s} ({_title(d)})" for m, s, d in zip(mean, std, paper_sets))
                 ours = record["metrics"][f"{dataset}/{loss}/{ema}"]
                 spread = f" ± {ours['probe_std']:.1f}" if seeds > 1 else ""
-                rows.append({"quantity": f"{names[loss]}, {'EMA' if ema == 'ema' else 'no EMA'}: linear readout accuracy %",
-                             "paper": f"{paper}, {ISOLOSS_TABLE1_SEEDS} seeds",
-                             "ours": f"{ours['probe_mean']:.1f}{spread} ({_title(dataset)}, linear probe, {_seeds(seeds)})"})
+                rows.append(
+                    {
+                        "quantity": f"{names[loss]}, {'EMA' if ema == 'ema' else 'no EMA'}: linear readout accuracy %",
+                        "paper": f"{paper}, {ISOLOSS_TABLE1_SEEDS} seeds",
+                        "ours": f"{ours['probe_mean']:.1f}{spread} ({_title(dataset)}, linear probe, {_seeds(seeds)})",
+                    }
+                )
     return rows
 
 
 def _lga_fig1(record: dict) -> list[dict]:
-    return [{"quantity": name, "paper": f"{LGA_FIGURE1[name]:g} (Figure 1 caption)", "ours": f"{record['config'][name]:g}"}
-            for name in ("alpha_theta", "alpha_w", "eps_norm")]
+    return [
+        {"quantity": name, "paper": f"{LGA_FIGURE1[name]:g} (Figure 1 caption)", "ours": f"{record['config'][name]:g}"}
+        for name in ("alpha_theta", "alpha_w", "eps_norm")
+    ]
 
 
 COMPARISONS = {"lga.tab1": _lga_tab1, "isoloss.tab1": _isoloss_tab1, "lga.fig1": _lga_fig1}

@@ -57,8 +57,9 @@ class Settings:
         try:
             self.validate()
         except TypeError as err:  # a bare `tuple` field holding items of the wrong type, compared in a rule
-            raise ConfigError(f"{type(self).__name__} got a value of the wrong type ({err}); "
-                              "see the types of its fields") from None
+            raise ConfigError(
+                f"{type(self).__name__} got a value of the wrong type ({err}); see the types of its fields"
+            ) from None
 
     def validate(self) -> None:
         """Range rules between fields (`require`); the type rules have already passed."""
@@ -96,8 +97,9 @@ def require(obj: Settings, name: str, ok: bool, rule: str) -> None:
 # --- resolving presets and overrides ---------------------------------------------------------------
 
 
-def resolve(config_cls: type[Config], presets: dict[str, dict[str, Any]], preset: str,
-            overrides: dict[str, Any] | None = None) -> Config:
+def resolve(
+    config_cls: type[Config], presets: dict[str, dict[str, Any]], preset: str, overrides: dict[str, Any] | None = None
+) -> Config:
     """The validated config of `preset` with `overrides` applied on top, field by field.
 
     Keys of the preset and of the overrides are field names, dotted names into nested settings
@@ -105,8 +107,7 @@ def resolve(config_cls: type[Config], presets: dict[str, dict[str, Any]], preset
     """
     check_preset(preset)
     if preset not in presets:
-        raise ConfigError(f"preset {preset!r} is not defined for this experiment; "
-                          f"choose one of: {', '.join(presets)}")
+        raise ConfigError(f"preset {preset!r} is not defined for this experiment; choose one of: {', '.join(presets)}")
     values: dict[str, Any] = {}
     for source in (presets[preset], overrides or {}):
         for key, value in source.items():
@@ -119,8 +120,10 @@ def construct(settings_cls: type[Settings], values: dict[str, Any]) -> Settings:
     fields = {f.name: f for f in dataclasses.fields(settings_cls)}
     unknown = [key for key in values if key not in fields]
     if unknown:
-        raise ConfigError(f"unknown parameter {unknown[0]!r} for {settings_cls.__name__}; "
-                          f"choose from: {', '.join(settings_fields(settings_cls))}")
+        raise ConfigError(
+            f"unknown parameter {unknown[0]!r} for {settings_cls.__name__}; "
+            f"choose from: {', '.join(settings_fields(settings_cls))}"
+        )
     missing = [name for name, f in fields.items() if name not in values and _no_default(f)]
     if missing:
         raise ConfigError(f"{settings_cls.__name__}.{missing[0]} has no default and must be given")
@@ -166,8 +169,9 @@ def _assign(owner: type[Settings], values: dict[str, Any], key: str, value: Any,
     field = {f.name: f for f in dataclasses.fields(owner)}.get(head)
     nested = _settings_class(_type_hints(owner).get(head)) if field else None
     if field is None or (rest and nested is None):
-        raise ConfigError(f"unknown parameter {key!r} for {root.__name__}; "
-                          f"choose from: {', '.join(settings_fields(root))}")
+        raise ConfigError(
+            f"unknown parameter {key!r} for {root.__name__}; choose from: {', '.join(settings_fields(root))}"
+        )
     if nested is not None and (rest or isinstance(value, dict)):
         current = _as_values(values[head] if head in values else _default(field))
         items = {rest: value} if rest else value
@@ -205,8 +209,10 @@ def _type_hints(settings_cls: type) -> dict[str, Any]:
     try:
         return typing.get_type_hints(settings_cls)
     except NameError as err:  # a programming error, not bad input: say where to look
-        raise TypeError(f"the annotations of {settings_cls.__qualname__} do not resolve ({err}); "
-                        "settings classes and the types they name must be defined at module level") from None
+        raise TypeError(
+            f"the annotations of {settings_cls.__qualname__} do not resolve ({err}); "
+            "settings classes and the types they name must be defined at module level"
+        ) from None
 
 
 def _settings_class(hint: Any) -> type[Settings] | None:

@@ -7,8 +7,9 @@ import torch
 from gradalign.errors import DivergenceError
 
 
-def raise_if_not_finite(what: str, step: int, quantities: dict[str, torch.Tensor | None],
-                        hint: str = "lower the learning rate") -> None:
+def raise_if_not_finite(
+    what: str, step: int, quantities: dict[str, torch.Tensor | None], hint: str = "lower the learning rate"
+) -> None:
     """DivergenceError `"<what> diverged at step <step>: <name> = nan; <hint>"` if any value is NaN or Inf."""
     quantities = {name: v for name, v in quantities.items() if v is not None}
     if not quantities:

@@ -89,4 +89,3 @@ def element(element_id: str) -> Element:
     if element_id not in ELEMENTS:
         raise ConfigError(f"unknown element id {element_id!r}; choose one of: {', '.join(ELEMENTS)}")
     return ELEMENTS[element_id]
-

@@ -24,9 +24,20 @@ def checks_table(record: dict):
     rows = []
     for name, c in record["checks"].items():
         value = c["value"]
-        shown = f"{value:.3g}" if isinstance(value, float) else ("(per curve, see metrics)" if isinstance(value, list) else value)
-        rows.append({"check": name, "claim": c["claim"], "rule": c["rule"], "measured": shown,
-                     "passed": "✔" if c["passed"] else "✘"})
+        shown = (
+            f"{value:.3g}"
+            if isinstance(value, float)
+            else ("(per curve, see metrics)" if isinstance(value, list) else value)
+        )
+        rows.append(
+            {
+                "check": name,
+                "claim": c["claim"],
+                "rule": c["rule"],
+                "measured": shown,
+                "passed": "✔" if c["passed"] else "✘",
+            }
+        )
     return pd.DataFrame(rows).set_index("check")
 
 
@@ -47,5 +58,7 @@ def verdict_markdown(records: list[dict]):
     lines = ["| element | verdict | checks passed | measured with |", "| --- | --- | --- | --- |"]
     for r in records:
         passed = sum(c["passed"] for c in r["checks"].values())
-        lines.append(f"| `{r['id']}` | **{r['verdict']['status']}** | {passed}/{len(r['checks'])} | {scale_caption(r)} |")
+        lines.append(
+            f"| `{r['id']}` | **{r['verdict']['status']}** | {passed}/{len(r['checks'])} | {scale_caption(r)} |"
+        )
     return Markdown("\n".join(lines))

@@ -22,23 +22,43 @@ LGA_TABLE1_TRIALS = 5
 
 LGA_FIGURE1 = {
     # §3.1 and Figure 1's caption: hyperparameters, and the claims the figure supports.
-    "alpha_theta": 1e-3, "alpha_w": 1e-3, "eps_norm": 1e-3,
-    "claims": ("c_{k,i} converges to 1 faster for larger lambda^u_i",
-               "c_{k,i} converges to 1 faster for larger lambda^l_i",
-               "every c_{k,i} converges to 1 (the fully supervised fixed point)"),
+    "alpha_theta": 1e-3,
+    "alpha_w": 1e-3,
+    "eps_norm": 1e-3,
+    "claims": (
+        "c_{k,i} converges to 1 faster for larger lambda^u_i",
+        "c_{k,i} converges to 1 faster for larger lambda^l_i",
+        "every c_{k,i} converges to 1 (the fully supervised fixed point)",
+    ),
 }
 
 METAGRAD_TABLE1 = {
     # Zhang et al. (2020), Table 1, Conv-Large: test error % (also the official README's numbers).
-    "svhn_1000": 3.15, "cifar10_4000": 7.78, "cifar100_10000": 30.74,
+    "svhn_1000": 3.15,
+    "cifar10_4000": 7.78,
+    "cifar100_10000": 30.74,
 }
 
 ISOLOSS_TABLE1 = {
     # Halvagal, Laborieux & Zenke (2022), Table 1: linear readout validation accuracy %, mean ± std over 4 seeds.
-    "L": {"cifar10_ema": (74.0, 0.6), "cifar10_no_ema": (59.9, 2.1), "stl10_ema": (63.8, 1.2), "stl10_no_ema": (33.0, 1.9)},
-    "iso": {"cifar10_ema": (72.5, 0.4), "cifar10_no_ema": (73.5, 0.5), "stl10_ema": (67.1, 0.4), "stl10_no_ema": (65.7, 0.8)},
+    "L": {
+        "cifar10_ema": (74.0, 0.6),
+        "cifar10_no_ema": (59.9, 2.1),
+        "stl10_ema": (63.8, 1.2),
+        "stl10_no_ema": (33.0, 1.9),
+    },
+    "iso": {
+        "cifar10_ema": (72.5, 0.4),
+        "cifar10_no_ema": (73.5, 0.5),
+        "stl10_ema": (67.1, 0.4),
+        "stl10_no_ema": (65.7, 0.8),
+    },
 }
 ISOLOSS_TABLE1_SEEDS = 4
 
-PAPER_NUMBERS = {"lga.tab1": LGA_TABLE1, "lga.fig1": LGA_FIGURE1, "metagrad.tab1": METAGRAD_TABLE1,
-                 "isoloss.tab1": ISOLOSS_TABLE1}
+PAPER_NUMBERS = {
+    "lga.tab1": LGA_TABLE1,
+    "lga.fig1": LGA_FIGURE1,
+    "metagrad.tab1": METAGRAD_TABLE1,
+    "isoloss.tab1": ISOLOSS_TABLE1,
+}

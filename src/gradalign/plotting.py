@@ -11,8 +11,9 @@ def use_book_style() -> None:
     import seaborn as sns
 
     sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=0.95)
-    mpl.rcParams.update({"figure.dpi": 110, "savefig.dpi": 150, "axes.titlesize": "medium",
-                         "figure.constrained_layout.use": True})
+    mpl.rcParams.update(
+        {"figure.dpi": 110, "savefig.dpi": 150, "axes.titlesize": "medium", "figure.constrained_layout.use": True}
+    )
 
 
 def ramp(n: int):
@@ -25,6 +26,7 @@ def ramp(n: int):
 def scale_caption(record: dict) -> str:
     """One line naming the preset, hardware, seeds and wall time that produced a record."""
     prov = record["provenance"]
-    return (f"preset `{record['preset']}` · {prov['hardware']} · torch {prov['torch']} · "
-            f"seed(s) {', '.join(map(str, prov['seeds']))} · {prov['wall_time_s']:.1f} s · {prov['date'][:10]}")
-
+    return (
+        f"preset `{record['preset']}` · {prov['hardware']} · torch {prov['torch']} · "
+        f"seed(s) {', '.join(map(str, prov['seeds']))} · {prov['wall_time_s']:.1f} s · {prov['date'][:10]}"
+    )

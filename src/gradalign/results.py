@@ -22,8 +22,22 @@ from gradalign.environment import project_root
 from gradalign.verdict import SCOPES, derive_verdict
 
 SCHEMA = 2
-REQUIRED = ("schema", "id", "part", "preset", "config", "config_hash", "experiment_version",
-            "metrics", "curves", "checks", "scope", "verdict", "provenance", "digest")
+REQUIRED = (
+    "schema",
+    "id",
+    "part",
+    "preset",
+    "config",
+    "config_hash",
+    "experiment_version",
+    "metrics",
+    "curves",
+    "checks",
+    "scope",
+    "verdict",
+    "provenance",
+    "digest",
+)
 
 
 class RecordWarning(UserWarning):
@@ -87,8 +101,7 @@ class ResultStore:
 
     @staticmethod
     def _reject(path: Path, reason: str) -> None:
-        warnings.warn(f"ignoring stored record {path}: {reason}; it will be recomputed", RecordWarning,
-                      stacklevel=3)
+        warnings.warn(f"ignoring stored record {path}: {reason}; it will be recomputed", RecordWarning, stacklevel=3)
         return None
 
 
@@ -114,19 +127,24 @@ def _content_problem(record: dict) -> str | None:
     """Why a record's content contradicts itself or was edited, or None."""
     if record["part"] != part_of(str(record["id"])):
         return f"has part {record['part']!r}, expected {part_of(str(record['id']))!r}"
-    if not isinstance(record["config"], dict) or \
-            config_digest(record["config"], record["experiment_version"]) != record["config_hash"]:
+    if (
+        not isinstance(record["config"], dict)
+        or config_digest(record["config"], record["experiment_version"]) != record["config_hash"]
+    ):
         return "has a config that does not hash to its key"
     checks = record["checks"]
-    if not isinstance(checks, dict) or not all(isinstance(c, dict) and isinstance(c.get("passed"), bool)
-                                               for c in checks.values()):
+    if not isinstance(checks, dict) or not all(
+        isinstance(c, dict) and isinstance(c.get("passed"), bool) for c in checks.values()
+    ):
         return "has malformed checks (each must be an object with a true/false 'passed')"
     if record["scope"] not in SCOPES:
         return f"has scope {record['scope']!r}, expected one of {', '.join(SCOPES)}"
     derived, stored = derive_verdict(checks, record["scope"]), record["verdict"]
     if not _same_verdict(stored, derived):
-        return (f"has a verdict that does not follow from its checks "
-                f"(stored: {_describe(stored)}; derived: {_describe(derived)})")
+        return (
+            f"has a verdict that does not follow from its checks "
+            f"(stored: {_describe(stored)}; derived: {_describe(derived)})"
+        )
     if record["digest"] != record_digest(record):
         return "has a digest that does not match its content (edited after it was computed)"
     return None
@@ -134,8 +152,13 @@ def _content_problem(record: dict) -> str | None:
 
 def _same_verdict(stored: object, derived: dict) -> bool:
     """Equal status and the same failed checks, in any order (stored checks are key-sorted, outcomes are not)."""
-    return isinstance(stored, dict) and set(stored) == set(derived) and stored["status"] == derived["status"] \
-        and isinstance(stored["failed"], list) and sorted(map(str, stored["failed"])) == sorted(derived["failed"])
+    return (
+        isinstance(stored, dict)
+        and set(stored) == set(derived)
+        and stored["status"] == derived["status"]
+        and isinstance(stored["failed"], list)
+        and sorted(map(str, stored["failed"])) == sorted(derived["failed"])
+    )
 
 
 def _describe(verdict: object) -> str:

@@ -69,8 +69,7 @@ def run_key(kind: str, spec: dict, version: int) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def cached_run(kind: str, spec: dict, version: int, compute: Callable[[Path], object],
-               root: Path | None = None) -> Any:
+def cached_run(kind: str, spec: dict, version: int, compute: Callable[[Path], object], root: Path | None = None) -> Any:
     """The stored value of this run, else `compute(checkpoint_path)` stored; the value as JSON reads it back."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", kind):
         raise ValueError(f"run kind must be a plain name (letters, digits, _ . -); got {kind!r}")

@@ -14,8 +14,15 @@ from gradalign.runcache import force_recompute
 from gradalign.runtime import check_device, pin_threads, seed_everything, select_device
 
 
-def run(element_id: str, preset: str, overrides: dict[str, Any] | None = None, *, force: bool = False,
-        store: ResultStore | None = None, device: str = "auto") -> dict:
+def run(
+    element_id: str,
+    preset: str,
+    overrides: dict[str, Any] | None = None,
+    *,
+    force: bool = False,
+    store: ResultStore | None = None,
+    device: str = "auto",
+) -> dict:
     """The record of `element_id` at `preset`: loaded when stored with the same key, else computed and saved.
 
     `force`: recompute the record and every cached sub-run it reads (the run cache), from scratch.
@@ -37,16 +44,23 @@ def run(element_id: str, preset: str, overrides: dict[str, Any] | None = None, *
         result = exp.run(cfg, dev)
     wall = time.perf_counter() - start
     record = {
-        "schema": SCHEMA, "id": element_id, "part": part_of(element_id), "preset": preset,
-        "config": cfg.to_dict(), "config_hash": digest, "experiment_version": exp.version,
-        **result, "provenance": provenance(dev, [cfg.seed], wall),
+        "schema": SCHEMA,
+        "id": element_id,
+        "part": part_of(element_id),
+        "preset": preset,
+        "config": cfg.to_dict(),
+        "config_hash": digest,
+        "experiment_version": exp.version,
+        **result,
+        "provenance": provenance(dev, [cfg.seed], wall),
     }
     store.save(record)
     return record
 
 
-def stored_record(element_id: str, preset: str, overrides: dict[str, Any] | None = None,
-                  store: ResultStore | None = None) -> dict | None:
+def stored_record(
+    element_id: str, preset: str, overrides: dict[str, Any] | None = None, store: ResultStore | None = None
+) -> dict | None:
     """The usable record of `element_id` at `preset` for the current config, or None."""
     exp = get(element_id)
     if preset not in exp.presets:
@@ -55,8 +69,9 @@ def stored_record(element_id: str, preset: str, overrides: dict[str, Any] | None
     return (store or ResultStore()).load(element_id, preset, cfg.digest(exp.version), exp.version)
 
 
-def best_stored_preset(element_id: str, overrides: dict[str, Any] | None = None,
-                       store: ResultStore | None = None) -> str | None:
+def best_stored_preset(
+    element_id: str, overrides: dict[str, Any] | None = None, store: ResultStore | None = None
+) -> str | None:
     """The largest preset (paper > gpu > cpu) with a usable record for the current config."""
     for preset in PRESET_ORDER_FOR_BOOK:
         if stored_record(element_id, preset, overrides, store) is not None:
@@ -74,8 +89,13 @@ def element_status(element_id: str) -> str:
     return experiment.status if experiment else "not yet built"
 
 
-def load_or_run(element_id: str, preset: str = "auto", overrides: dict[str, Any] | None = None,
-                store: ResultStore | None = None, device: str = "auto") -> dict:
+def load_or_run(
+    element_id: str,
+    preset: str = "auto",
+    overrides: dict[str, Any] | None = None,
+    store: ResultStore | None = None,
+    device: str = "auto",
+) -> dict:
     """`auto`: the largest stored preset for this element, else run `cpu`. Other presets as named."""
     if check_preset(preset, allow_auto=True) == "auto":
         preset = best_stored_preset(element_id, overrides, store) or "cpu"

@@ -40,11 +40,14 @@ def _canonical_device(name: str) -> str:
     if match is None:
         raise ConfigError(f"unknown device {name!r}; choose one of: {', '.join(device_choices())}")
     if not torch.cuda.is_available():
-        raise ConfigError(f"device {name!r} requested but CUDA is not available here; "
-                          f"choose one of: {', '.join(device_choices())}")
+        raise ConfigError(
+            f"device {name!r} requested but CUDA is not available here; choose one of: {', '.join(device_choices())}"
+        )
     if match.group(1) is not None and int(match.group(1)) >= torch.cuda.device_count():
-        raise ConfigError(f"device {name!r} is not there ({torch.cuda.device_count()} CUDA device(s)); "
-                          f"choose one of: {', '.join(device_choices())}")
+        raise ConfigError(
+            f"device {name!r} is not there ({torch.cuda.device_count()} CUDA device(s)); "
+            f"choose one of: {', '.join(device_choices())}"
+        )
     return name
 
 

@@ -44,13 +44,14 @@ def expected_gradient(W: torch.Tensor, loss: str, alpha: float, sigma: float = 0
     _check_loss(loss)
     from gradalign.methods.directpred import closed_form_predictor
 
-    P, I, k = closed_form_predictor(W, alpha), torch.eye(W.shape[0], dtype=W.dtype), 1 + sigma**2
+    P, I, k = closed_form_predictor(W, alpha), torch.eye(W.shape[0], dtype=W.dtype), 1 + sigma**2  # noqa: E741 (the identity, as in the paper)
     poly = {"L": P @ (k * P - I), "noSG": k * (P @ P + I) - 2 * P, "ws": k * I - P, "iso": k * P - I}[loss]
     return poly @ W
 
 
-def predicted_eigenvalues(lam0: torch.Tensor, loss: str, steps: int, lr: float, alpha: float,
-                          sigma: float = 0.0) -> torch.Tensor:
+def predicted_eigenvalues(
+    lam0: torch.Tensor, loss: str, steps: int, lr: float, alpha: float, sigma: float = 0.0
+) -> torch.Tensor:
     """λ_t for t = 0..steps under expected-gradient steps: λ ← λ (1 + η r(λ))²; shape (steps + 1, M)."""
     out = [lam0.clone()]
     lam = lam0.clone()
@@ -66,8 +67,14 @@ def measured_mode_rates(W: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tens
     return lam, -torch.einsum("im,ij,jm->m", U, grad @ W.T, U) / lam
 
 
-def isotropic_views(n: int, dim: int, sigma: float, generator: torch.Generator | None = None,
-                    exact_moments: bool = False, dtype=torch.float64):
+def isotropic_views(
+    n: int,
+    dim: int,
+    sigma: float,
+    generator: torch.Generator | None = None,
+    exact_moments: bool = False,
+    dtype=torch.float64,
+):
     """Two augmented views (x + σε, x + σε′) of n isotropic Gaussian inputs, shape (n, dim) each.
 
     exact_moments: x, ε, ε′ are rescaled orthonormal columns, so their sample second moments are

@@ -29,8 +29,7 @@ def unflatten(flat: Tensor, like: dict[str, Tensor]) -> dict[str, Tensor]:
     return {k: c.view_as(t) for (k, t), c in zip(like.items(), flat.split(sizes))}
 
 
-def hvp_fn(loss_fn: Callable[[dict[str, Tensor]], Tensor],
-           params: dict[str, Tensor]) -> Callable[[Tensor], Tensor]:
+def hvp_fn(loss_fn: Callable[[dict[str, Tensor]], Tensor], params: dict[str, Tensor]) -> Callable[[Tensor], Tensor]:
     """v (flat, p) ↦ H v (flat), H the Hessian of `loss_fn` at `params`.
 
     Double backward with a cached gradient graph: the forward pass and the create_graph gradient
@@ -53,16 +52,29 @@ def hvp_fn(loss_fn: Callable[[dict[str, Tensor]], Tensor],
         vs = list(unflatten(v.to(device=inputs[0].device, dtype=inputs[0].dtype), leaves).values())
         hv: list[Tensor | None] = [None] * len(inputs)
         if live:
-            hv = list(torch.autograd.grad([grads[i] for i in live], inputs, grad_outputs=[vs[i] for i in live],
-                                          retain_graph=True, allow_unused=True))
+            hv = list(
+                torch.autograd.grad(
+                    [grads[i] for i in live],
+                    inputs,
+                    grad_outputs=[vs[i] for i in live],
+                    retain_graph=True,
+                    allow_unused=True,
+                )
+            )
         return torch.cat([(torch.zeros_like(p) if h is None else h).reshape(-1) for h, p in zip(hv, inputs)])
 
     return hvp
 
 
-def top_eigenpair(hvp: Callable[[Tensor], Tensor], dim: int, iters: int = 20,
-                  generator: torch.Generator | None = None, device: str | torch.device | None = None,
-                  dtype: torch.dtype | None = None, tol: float = 1e-6) -> tuple[float, Tensor]:
+def top_eigenpair(
+    hvp: Callable[[Tensor], Tensor],
+    dim: int,
+    iters: int = 20,
+    generator: torch.Generator | None = None,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | None = None,
+    tol: float = 1e-6,
+) -> tuple[float, Tensor]:
     """Largest (algebraic) eigenvalue θ and unit eigenvector of the symmetric operator `hvp`.
 
     Lanczos with full reorthogonalisation for k = min(iters, dim) steps from a random start (drawn
@@ -105,9 +117,13 @@ def top_eigenpair(hvp: Callable[[Tensor], Tensor], dim: int, iters: int = 20,
     return theta, vec
 
 
-def model_hessian_top_eigenvector(model: torch.nn.Module, loss: Callable[[Tensor], Tensor], x: Tensor,
-                                  iters: int = 20, generator: torch.Generator | None = None
-                                  ) -> tuple[float, Tensor]:
+def model_hessian_top_eigenvector(
+    model: torch.nn.Module,
+    loss: Callable[[Tensor], Tensor],
+    x: Tensor,
+    iters: int = 20,
+    generator: torch.Generator | None = None,
+) -> tuple[float, Tensor]:
     """Top eigenpair of the Hessian of loss(model(x)) w.r.t. the trainable parameters (flattened in
     named_parameters order), e.g. q1 of Eq. 13 with x = X_t and loss = cross entropy against y_t.
 
@@ -126,8 +142,9 @@ def model_hessian_top_eigenvector(model: torch.nn.Module, loss: Callable[[Tensor
 
     ref = next(iter(params.values()))
     dim = sum(t.numel() for t in params.values())
-    return top_eigenpair(hvp_fn(loss_fn, params), dim, iters=iters, generator=generator,
-                         device=ref.device, dtype=ref.dtype)
+    return top_eigenpair(
+        hvp_fn(loss_fn, params), dim, iters=iters, generator=generator, device=ref.device, dtype=ref.dtype
+    )
 
 
 def alignment(update: Tensor, q1: Tensor) -> float:

@@ -35,10 +35,22 @@ def initial_weights(M: int, N: int, scale: float, generator: torch.Generator, dt
     return scale * torch.randn(M, N, generator=generator, dtype=dtype)
 
 
-def simulate(W0: torch.Tensor, loss: str, steps: int, lr: float, sigma: float = 0.1, samples: int = 50_000,
-             alpha: float = 1.0, activation: str = "linear", generator: torch.Generator | None = None,
-             tracked: torch.Tensor | None = None, cap: float = 1e6, exact_moments: bool = False,
-             desc: str = "", sample_dtype=torch.float32) -> ToyRun:
+def simulate(
+    W0: torch.Tensor,
+    loss: str,
+    steps: int,
+    lr: float,
+    sigma: float = 0.1,
+    samples: int = 50_000,
+    alpha: float = 1.0,
+    activation: str = "linear",
+    generator: torch.Generator | None = None,
+    tracked: torch.Tensor | None = None,
+    cap: float = 1e6,
+    exact_moments: bool = False,
+    desc: str = "",
+    sample_dtype=torch.float32,
+) -> ToyRun:
     """Train W by `steps` sampled expected-gradient steps of `loss` (one of noSG, ws, L, iso).
 
     W, W_P and the eigenvalues are float64; the samples and the batch gradient use `sample_dtype`

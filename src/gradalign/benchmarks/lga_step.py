@@ -35,17 +35,27 @@ def _fixed_batches(batch_size: int, n_unlabeled: int, image: int, device) -> SSL
     return SSLData(x, y, pool, x, y, x, y, augment=None, num_classes=10)
 
 
-def measure_lga_cost(device="cpu", width: int = 32, batch_size: int = 50, n_unlabeled: int = 50_000,
-                     image: int = 32, warmup: int = 5, repeats: int = 30) -> dict:
+def measure_lga_cost(
+    device="cpu",
+    width: int = 32,
+    batch_size: int = 50,
+    n_unlabeled: int = 50_000,
+    image: int = 32,
+    warmup: int = 5,
+    repeats: int = 30,
+) -> dict:
     """Median times, peak memory and their ratios, measured in one run (see the module docstring)."""
     device = torch.device(device)
     torch.manual_seed(0)
     data = _fixed_batches(batch_size, n_unlabeled, image, device)
     protocol = OliverProtocol(steps=10**9, batch_labeled=batch_size, batch_unlabeled=batch_size)
     no_augmentation = lambda x, generator: x  # noqa: E731
-    runs = {name: SSLRun(name, SmallCNN(10, 3, width).to(device).train(), settings, protocol, data, 0,
-                         augment=no_augmentation)
-            for name, settings in (("lga", LGABenchmarkSettings()), ("pseudo_label", PseudoLabelSettings()))}
+    runs = {
+        name: SSLRun(
+            name, SmallCNN(10, 3, width).to(device).train(), settings, protocol, data, 0, augment=no_augmentation
+        )
+        for name, settings in (("lga", LGABenchmarkSettings()), ("pseudo_label", PseudoLabelSettings()))
+    }
     lga_model = runs["lga"].model
     counter = {"lga": 0, "pseudo_label": 0}
 
@@ -68,8 +78,12 @@ def measure_lga_cost(device="cpu", width: int = 32, batch_size: int = 50, n_unla
         return double_backward_label_gradient(lga_model, x_u, y_u, target, normalizer, "classification")
 
     gap = (run_jvp() - run_double_backward()).abs().max().item()
-    calls = {"lga": lambda: step("lga"), "pl": lambda: step("pseudo_label"), "jvp": run_jvp,
-             "double_backward": run_double_backward}
+    calls = {
+        "lga": lambda: step("lga"),
+        "pl": lambda: step("pseudo_label"),
+        "jvp": run_jvp,
+        "double_backward": run_double_backward,
+    }
     times = {name: [] for name in calls}
     for i in range(warmup + repeats):
         for name, fn in calls.items():
@@ -84,14 +98,18 @@ def measure_lga_cost(device="cpu", width: int = 32, batch_size: int = 50, n_unla
         "threads": torch.get_num_threads(),
         "model": f"SmallCNN, widths {width}/{2 * width}/{4 * width}, 3 conv + BN, {p} parameters",
         "input": [3, image, image],
-        "batch_labeled": batch_size, "batch_unlabeled": batch_size, "n_unlabeled": n_unlabeled,
-        "repeats": repeats, "warmup": warmup,
+        "batch_labeled": batch_size,
+        "batch_unlabeled": batch_size,
+        "n_unlabeled": n_unlabeled,
+        "repeats": repeats,
+        "warmup": warmup,
         "median_ms": {name: round(1e3 * t, 3) for name, t in median.items()},
         "lga_over_pseudo_label": round(median["lga"] / median["pl"], 3),
         "jvp_over_double_backward_time": round(median["jvp"] / median["double_backward"], 3),
         "peak_bytes": memory,
         "jvp_over_double_backward_memory": round(memory["jvp"] / memory["double_backward"], 3),
-        "memory_method": "torch.cuda.max_memory_allocated" if device.type == "cuda"
+        "memory_method": "torch.cuda.max_memory_allocated"
+        if device.type == "cuda"
         else "torch.profiler profile_memory: running sum of [memory] events",
         "max_abs_gap_jvp_vs_double_backward": gap,
     }

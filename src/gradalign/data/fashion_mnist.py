@@ -55,6 +55,7 @@ def load_fashion_mnist(train: bool = True, root: str | Path | None = None, downl
         raise DataNotFoundError(
             f"Fashion-MNIST not found in {raw_dir(root)}: install the Debian package dataset-fashion-mnist "
             f"(apt-get install dataset-fashion-mnist), copy the four IDX files there, set GRADALIGN_DATA, "
-            f"or pass download=True")
+            f"or pass download=True"
+        )
     ds = datasets.FashionMNIST(str(root), train=train, download=download)
     return ds.data, ds.targets

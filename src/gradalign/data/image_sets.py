@@ -57,17 +57,55 @@ class ImageSetInfo:
 
 
 IMAGE_SETS = {
-    info.name: info for info in (
-        ImageSetInfo("fashion_mnist", "Fashion-MNIST", 10, 1, 28, ("train", "test"),
-                     (0.2860,), (0.3530,), "github.com/zalandoresearch/fashion-mnist"),
-        ImageSetInfo("cifar10", "CIFAR-10", 10, 3, 32, ("train", "test"),
-                     (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), "www.cs.toronto.edu/~kriz/cifar.html"),
-        ImageSetInfo("cifar100", "CIFAR-100", 100, 3, 32, ("train", "test"),
-                     (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), "www.cs.toronto.edu/~kriz/cifar.html"),
-        ImageSetInfo("svhn", "SVHN", 10, 3, 32, ("train", "test", "extra"),
-                     (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970), "ufldl.stanford.edu/housenumbers"),
-        ImageSetInfo("stl10", "STL-10", 10, 3, 96, ("train", "test", "unlabeled"),
-                     None, None, "cs.stanford.edu/~acoates/stl10"),
+    info.name: info
+    for info in (
+        ImageSetInfo(
+            "fashion_mnist",
+            "Fashion-MNIST",
+            10,
+            1,
+            28,
+            ("train", "test"),
+            (0.2860,),
+            (0.3530,),
+            "github.com/zalandoresearch/fashion-mnist",
+        ),
+        ImageSetInfo(
+            "cifar10",
+            "CIFAR-10",
+            10,
+            3,
+            32,
+            ("train", "test"),
+            (0.4914, 0.4822, 0.4465),
+            (0.2470, 0.2435, 0.2616),
+            "www.cs.toronto.edu/~kriz/cifar.html",
+        ),
+        ImageSetInfo(
+            "cifar100",
+            "CIFAR-100",
+            100,
+            3,
+            32,
+            ("train", "test"),
+            (0.5071, 0.4865, 0.4409),
+            (0.2673, 0.2564, 0.2762),
+            "www.cs.toronto.edu/~kriz/cifar.html",
+        ),
+        ImageSetInfo(
+            "svhn",
+            "SVHN",
+            10,
+            3,
+            32,
+            ("train", "test", "extra"),
+            (0.4377, 0.4438, 0.4728),
+            (0.1980, 0.2010, 0.1970),
+            "ufldl.stanford.edu/housenumbers",
+        ),
+        ImageSetInfo(
+            "stl10", "STL-10", 10, 3, 96, ("train", "test", "unlabeled"), None, None, "cs.stanford.edu/~acoates/stl10"
+        ),
     )
 }
 
@@ -102,7 +140,8 @@ def _require(paths: list[Path], name: str, download, root: Path) -> None:
         info = image_set_info(name)
         raise DataNotFoundError(
             f"{info.title} file {missing[0]} not found: pass download=True (torchvision fetches it from "
-            f"{info.homepage}), copy the unpacked files there, or set GRADALIGN_DATA to their parent")
+            f"{info.homepage}), copy the unpacked files there, or set GRADALIGN_DATA to their parent"
+        )
 
 
 def _tensors(images: np.ndarray, labels: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,8 +156,9 @@ def _read_cifar_pickle(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarr
     except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
         raise MalformedDataError(f"{path} is not a CIFAR pickle with 'data' and {label_key!r} ({err!r})") from None
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or labels.shape != (len(data),):
-        raise MalformedDataError(f"{path}: expected 'data' uint8 (N, 3072) and N labels, got "
-                                 f"{data.dtype} {data.shape} and {labels.shape}")
+        raise MalformedDataError(
+            f"{path}: expected 'data' uint8 (N, 3072) and N labels, got {data.dtype} {data.shape} and {labels.shape}"
+        )
     return data, labels
 
 
@@ -164,8 +204,9 @@ def load_svhn(split: str = "train", root: str | Path | None = None, download: bo
     except (KeyError, ValueError, TypeError, OSError) as err:
         raise MalformedDataError(f"{path} is not an SVHN .mat file with 'X' and 'y' ({err!r})") from None
     if images.ndim != 4 or images.shape[:3] != (32, 32, 3) or labels.shape != (images.shape[3],):
-        raise MalformedDataError(f"{path}: expected X (32, 32, 3, N) and y (N, 1), "
-                                 f"got {images.shape} and {labels.shape}")
+        raise MalformedDataError(
+            f"{path}: expected X (32, 32, 3, N) and y (N, 1), got {images.shape} and {labels.shape}"
+        )
     labels[labels == 10] = 0
     # X[row, col, channel, image] -> (image, channel, row, col)
     return _tensors(images.astype(np.uint8).transpose(3, 2, 0, 1), labels)
@@ -192,8 +233,10 @@ def load_stl10(split: str = "train", root: str | Path | None = None, download: b
         return _tensors(images, np.full(len(images), -1))
     labels = np.fromfile(label_path, dtype=np.uint8).astype(np.int64)
     if labels.shape != (len(images),) or labels.min() < 1 or labels.max() > 10:
-        raise MalformedDataError(f"{label_path}: expected {len(images)} labels in 1..10, got {labels.size} "
-                                 f"in {labels.min(initial=0)}..{labels.max(initial=0)}")
+        raise MalformedDataError(
+            f"{label_path}: expected {len(images)} labels in 1..10, got {labels.size} "
+            f"in {labels.min(initial=0)}..{labels.max(initial=0)}"
+        )
     return _tensors(images, labels - 1)
 
 
@@ -203,8 +246,13 @@ def _load_fashion_mnist_nchw(split: str = "train", root=None, download: bool = F
     return images.unsqueeze(1), labels.long()
 
 
-LOADERS = {"fashion_mnist": _load_fashion_mnist_nchw, "cifar10": load_cifar10, "cifar100": load_cifar100,
-           "svhn": load_svhn, "stl10": load_stl10}
+LOADERS = {
+    "fashion_mnist": _load_fashion_mnist_nchw,
+    "cifar10": load_cifar10,
+    "cifar100": load_cifar100,
+    "svhn": load_svhn,
+    "stl10": load_stl10,
+}
 
 
 def load_image_set(name: str, split: str = "train", root: str | Path | None = None, download: bool = False):
@@ -213,8 +261,9 @@ def load_image_set(name: str, split: str = "train", root: str | Path | None = No
     return LOADERS[name](split, root=root, download=download)
 
 
-def channel_mean_std(name: str, root: str | Path | None = None, download: bool = False,
-                     chunk: int = 1000) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def channel_mean_std(
+    name: str, root: str | Path | None = None, download: bool = False, chunk: int = 1000
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Per-channel mean and std of pixels in [0, 1]: the recorded values, else computed on the train split."""
     info = image_set_info(name)
     if info.mean is not None and info.std is not None:
@@ -223,7 +272,7 @@ def channel_mean_std(name: str, root: str | Path | None = None, download: bool =
     total = torch.zeros(info.channels, dtype=torch.float64)
     total_sq = torch.zeros(info.channels, dtype=torch.float64)
     for start in range(0, len(images), chunk):
-        pixels = images[start:start + chunk].double().div_(255)
+        pixels = images[start : start + chunk].double().div_(255)
         total += pixels.sum(dim=(0, 2, 3))
         total_sq += pixels.square().sum(dim=(0, 2, 3))
     count = images.numel() / info.channels

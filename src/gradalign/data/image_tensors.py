@@ -31,8 +31,9 @@ def check_image_sets(train_images, train_labels, test_images, test_labels) -> No
     if train_images.shape[1] not in (1, 3):
         raise ConfigError(f"images need 1 or 3 channels; got {train_images.shape[1]}")
     if train_images.shape[1:] != test_images.shape[1:]:
-        raise ConfigError(f"train and test images differ in shape: {tuple(train_images.shape[1:])} "
-                          f"vs {tuple(test_images.shape[1:])}")
+        raise ConfigError(
+            f"train and test images differ in shape: {tuple(train_images.shape[1:])} vs {tuple(test_images.shape[1:])}"
+        )
     for images, labels, name in ((train_images, train_labels, "train"), (test_images, test_labels, "test")):
         if labels.shape != (len(images),):
             raise ConfigError(f"{name} labels must have shape ({len(images)},); got {tuple(labels.shape)}")

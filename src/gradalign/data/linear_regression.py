@@ -44,8 +44,9 @@ def _orthonormal_columns(n: int, m: int, gen: torch.Generator) -> torch.Tensor:
     return q * torch.sign(torch.diagonal(r))  # unique QR
 
 
-def diagonal_problem(lambda_l, lambda_u, b, n_l: int, n_u: int, seed: int = 0,
-                     label_noise: float = 1.0) -> LinearProblem:
+def diagonal_problem(
+    lambda_l, lambda_u, b, n_l: int, n_u: int, seed: int = 0, label_noise: float = 1.0
+) -> LinearProblem:
     """Data with (1/n_l) X_lᵀX_l = diag(λ^ℓ), (1/n_u) X_uᵀX_u = diag(λ^u) and (1/n_l) X_lᵀy_l = b.
 
     The labels also carry a component orthogonal to the columns of X_l (size `label_noise`), which
@@ -71,8 +72,9 @@ def diagonal_problem(lambda_l, lambda_u, b, n_l: int, n_u: int, seed: int = 0,
     return LinearProblem(X_l, y_l, X_u)
 
 
-def gaussian_problem(m: int, n_l: int, n_u: int, seed: int = 0, noise: float = 0.1,
-                     spectrum: tuple[float, float] = (0.5, 2.0)) -> LinearProblem:
+def gaussian_problem(
+    m: int, n_l: int, n_u: int, seed: int = 0, noise: float = 0.1, spectrum: tuple[float, float] = (0.5, 2.0)
+) -> LinearProblem:
     """Correlated Gaussian inputs, covariance Q diag(λ) Qᵀ with a random rotation Q and λ uniform in
     `spectrum`; labels y = xᵀθ_true + noise. The Gram matrices are far from diagonal."""
     gen = torch.Generator().manual_seed(seed)

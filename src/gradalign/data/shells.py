@@ -26,8 +26,9 @@ def _check_positive(name: str, value: int, minimum: int = 1) -> None:
         raise ConfigError(f"{name} must be an integer >= {minimum}; got {value!r}")
 
 
-def sample_shells(n: int, d: int, generator: torch.Generator,
-                  dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_shells(
+    n: int, d: int, generator: torch.Generator, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Draw n points of Eq. 14 on the CPU: (x (n, d), labels (n,) int64 in 0..4, i.e. c − 1)."""
     _check_positive("n", n, minimum=0)
     _check_positive("d", d)
@@ -51,8 +52,15 @@ class ShellsData:
     y_test: torch.Tensor
 
 
-def make_shells(d: int, n_labeled: int, n_unlabeled: int, n_test: int, seed: int,
-                device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> ShellsData:
+def make_shells(
+    d: int,
+    n_labeled: int,
+    n_unlabeled: int,
+    n_test: int,
+    seed: int,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> ShellsData:
     """Labeled, unlabeled and test splits drawn in that order from one CPU generator seeded with `seed`."""
     _check_positive("d", d)
     _check_positive("n_labeled", n_labeled)

@@ -54,12 +54,20 @@ def subset(indices: torch.Tensor, n: int | None, seed: int, keep: torch.Tensor |
     n_keep = 0 if keep is None else len(keep)
     if n < n_keep:
         raise ConfigError(f"an unlabeled pool of {n} cannot hold the {n_keep} labeled images")
-    pick = rest[torch.randperm(len(rest), generator=torch.Generator().manual_seed(seed))[:n - n_keep]]
+    pick = rest[torch.randperm(len(rest), generator=torch.Generator().manual_seed(seed))[: n - n_keep]]
     return torch.cat([keep, pick]).sort().values if keep is not None else pick.sort().values
 
 
-def prepare_ssl_data(name: str, n_labeled: int, n_validation: int, seed: int, device="cpu",
-                     n_pool: int | None = None, n_test: int | None = None, root=None) -> SSLData:
+def prepare_ssl_data(
+    name: str,
+    n_labeled: int,
+    n_validation: int,
+    seed: int,
+    device="cpu",
+    n_pool: int | None = None,
+    n_test: int | None = None,
+    root=None,
+) -> SSLData:
     info = image_set_info(name)
     images, labels = load_image_set(name, "train", root=root)
     test_images, test_labels = load_image_set(name, "test", root=root)
@@ -69,8 +77,21 @@ def prepare_ssl_data(name: str, n_labeled: int, n_validation: int, seed: int, de
     train_f, test_f = preprocess(name, images, test_images[test])
     device = torch.device(device)
     move = lambda t: t.to(device).contiguous()  # noqa: E731
-    return SSLData(move(train_f[split.labeled]), move(labels[split.labeled]), move(train_f[pool]),
-                   move(train_f[split.validation]), move(labels[split.validation]), move(test_f),
-                   move(test_labels[test]), SSLAugment.for_dataset(name), info.num_classes,
-                   {"dataset": info.title, "labeled": n_labeled, "unlabeled_pool": len(pool),
-                    "validation": n_validation, "test": len(test)})
+    return SSLData(
+        move(train_f[split.labeled]),
+        move(labels[split.labeled]),
+        move(train_f[pool]),
+        move(train_f[split.validation]),
+        move(labels[split.validation]),
+        move(test_f),
+        move(test_labels[test]),
+        SSLAugment.for_dataset(name),
+        info.num_classes,
+        {
+            "dataset": info.title,
+            "labeled": n_labeled,
+            "unlabeled_pool": len(pool),
+            "validation": n_validation,
+            "test": len(test),
+        },
+    )

@@ -21,7 +21,9 @@ class SSLSplit:
     validation: torch.Tensor
 
 
-def ssl_split(labels: torch.Tensor, n_labeled: int, n_validation: int, seed: int, classes: int | None = None) -> SSLSplit:
+def ssl_split(
+    labels: torch.Tensor, n_labeled: int, n_validation: int, seed: int, classes: int | None = None
+) -> SSLSplit:
     """Class-balanced labeled indices, the unlabeled stream and a validation set; errors before any work."""
     labels = torch.as_tensor(labels)
     classes = classes or int(labels.max()) + 1
@@ -37,7 +39,9 @@ def ssl_split(labels: torch.Tensor, n_labeled: int, n_validation: int, seed: int
     for c in range(classes):
         members = rest[labels[rest] == c]
         if len(members) < per_class:
-            raise ConfigError(f"class {c} has {len(members)} images outside the validation set; "
-                              f"{per_class} labeled per class requested (n_labeled = {n_labeled})")
+            raise ConfigError(
+                f"class {c} has {len(members)} images outside the validation set; "
+                f"{per_class} labeled per class requested (n_labeled = {n_labeled})"
+            )
         picked.append(members[:per_class])
     return SSLSplit(torch.cat(picked).sort().values, rest.sort().values, validation.sort().values)

@@ -37,8 +37,14 @@ def check(passed: bool, value: Any, rule: str, claim: str) -> dict:
     return {"passed": bool(passed), "value": value, "rule": rule, "claim": claim}
 
 
-def outcome(checks: dict[str, dict], metrics: dict | None = None, curves: dict | None = None,
-            scope: str = "exact") -> dict:
+def outcome(
+    checks: dict[str, dict], metrics: dict | None = None, curves: dict | None = None, scope: str = "exact"
+) -> dict:
     """Bundle an experiment's results; the verdict follows from the checks and the scope, never typed in."""
-    return {"metrics": metrics or {}, "curves": curves or {}, "checks": checks, "scope": scope,
-            "verdict": derive_verdict(checks, scope)}
+    return {
+        "metrics": metrics or {},
+        "curves": curves or {},
+        "checks": checks,
+        "scope": scope,
+        "verdict": derive_verdict(checks, scope),
+    }

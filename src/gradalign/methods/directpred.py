@@ -27,8 +27,9 @@ def closed_form_predictor(W: torch.Tensor, alpha: float = 1.0) -> torch.Tensor:
 class DirectPredictor:
     """Running correlation estimate and the predictor built from it, for deep Siamese networks."""
 
-    def __init__(self, dim: int, alpha: float = 0.5, tau: float = 0.998, eps: float = 0.0,
-                 device=None, dtype=torch.float32):
+    def __init__(
+        self, dim: int, alpha: float = 0.5, tau: float = 0.998, eps: float = 0.0, device=None, dtype=torch.float32
+    ):
         if not 0 <= tau < 1:
             raise ValueError(f"tau must be in [0, 1); got {tau}")
         if alpha <= 0:
@@ -66,5 +67,9 @@ class DirectPredictor:
 def spectrum_summary(s: torch.Tensor) -> dict:
     """min, max, mean of DirectPred's normalised eigenvalues s and the participation ratio (Σs)²/Σs²."""
     s = s.double()
-    return {"s_min": float(s.min()), "s_max": float(s.max()), "s_mean": float(s.mean()),
-            "participation_ratio": float(s.sum() ** 2 / (s * s).sum())}
+    return {
+        "s_min": float(s.min()),
+        "s_max": float(s.max()),
+        "s_mean": float(s.mean()),
+        "participation_ratio": float(s.sum() ** 2 / (s * s).sum()),
+    }

@@ -69,6 +69,10 @@ def _cosine_grad(p: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 LOSSES = {"noSG": no_stopgrad_loss, "ws": wrong_side_loss, "L": predictor_loss, "iso": iso_loss}
 """The four losses of Figure 2, in the figure's order (a-d)."""
 
-DEEP_LOSSES = {"L": cosine_predictor_loss, "iso": cosine_iso_loss,
-               "L_euclidean": predictor_loss, "iso_euclidean": iso_loss}
+DEEP_LOSSES = {
+    "L": cosine_predictor_loss,
+    "iso": cosine_iso_loss,
+    "L_euclidean": predictor_loss,
+    "iso_euclidean": iso_loss,
+}
 """Losses for deep training (Table 1): cosine forms by default, as in the authors' public code."""

@@ -90,9 +90,14 @@ class LGAState:
     step: int = 0  # i of the last completed iteration
 
     def state_dict(self) -> dict:
-        return {"w": self.w.detach().clone(), "theta_optimizer": self.theta_optimizer.state_dict(),
-                "w_optimizer": self.w_optimizer.state_dict(), "ema_grad_labeled": self.ema_grad_labeled.clone(),
-                "ema_v4": self.ema_v4.clone(), "step": self.step}
+        return {
+            "w": self.w.detach().clone(),
+            "theta_optimizer": self.theta_optimizer.state_dict(),
+            "w_optimizer": self.w_optimizer.state_dict(),
+            "ema_grad_labeled": self.ema_grad_labeled.clone(),
+            "ema_v4": self.ema_v4.clone(),
+            "step": self.step,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         with torch.no_grad():
@@ -115,8 +120,9 @@ def _optimizer(params, lr: float, settings: LGASettings) -> torch.optim.Optimize
     return adam(params, lr, settings.adam_betas, settings.adam_eps)
 
 
-def init_lga(model: torch.nn.Module, n_unlabeled: int, n_outputs: int,
-             settings: LGASettings = LGASettings()) -> LGAState:
+def init_lga(
+    model: torch.nn.Module, n_unlabeled: int, n_outputs: int, settings: LGASettings = LGASettings()
+) -> LGAState:
     """Algorithm 1's initialisation: w = 0 ∈ R^{n_u×k}, θ as the model holds it, empty EMAs."""
     params = list(trainable(model).values())
     _require(len(params) > 0, "the model has no trainable parameters")
@@ -125,11 +131,18 @@ def init_lga(model: torch.nn.Module, n_unlabeled: int, n_outputs: int,
     w = torch.zeros(n_unlabeled, n_outputs, device=like.device, dtype=like.dtype, requires_grad=True)
     p = sum(q.numel() for q in params)
     zeros = torch.zeros(p, device=like.device, dtype=like.dtype)
-    return LGAState(settings, w, _optimizer(params, settings.alpha_theta, settings),
-                    _optimizer([w], settings.alpha_w, settings), zeros, zeros.clone())
+    return LGAState(
+        settings,
+        w,
+        _optimizer(params, settings.alpha_theta, settings),
+        _optimizer([w], settings.alpha_w, settings),
+        zeros,
+        zeros.clone(),
+    )
 
 
 # ---- losses and label parameterisation -------------------------------------------------------------
+
 
 def linear_map(outputs: torch.Tensor, task: str) -> torch.Tensor:
     """h with L = −(1/B) Σ_b ⟨y_b, h_b⟩ + (terms free of y): log softmax, or the outputs themselves."""
@@ -162,6 +175,7 @@ def chain_to_w(y: torch.Tensor, grad_y: torch.Tensor, task: str) -> torch.Tensor
 
 # ---- the normalized distance (Eq. 2) ---------------------------------------------------------------
 
+
 def ema_update(raw: torch.Tensor, value: torch.Tensor, decay: float, step: int) -> torch.Tensor:
     """Bias-corrected EMA (as Adam's moments): updates `raw` in place, returns raw / (1 − decay^step).
 
@@ -179,6 +193,7 @@ def scaled_residual(v: torch.Tensor, ema_v4: torch.Tensor, eps_norm: float) -> t
 
 # ---- the w-gradient: one JVP, and the double-backward reference ---------------------------------------
 
+
 def unlabeled_gradient(model: torch.nn.Module, x_u: torch.Tensor, y_u: torch.Tensor, task: str):
     """(L_u, g_u per parameter, random state before the pass): the ordinary pass that computes g_u."""
     params = trainable(model)
@@ -188,8 +203,9 @@ def unlabeled_gradient(model: torch.nn.Module, x_u: torch.Tensor, y_u: torch.Ten
     return loss.detach(), grads, snapshot
 
 
-def jvp_label_gradient(model: torch.nn.Module, x_u: torch.Tensor, u: torch.Tensor, task: str,
-                       snapshot=None) -> torch.Tensor:
+def jvp_label_gradient(
+    model: torch.nn.Module, x_u: torch.Tensor, u: torch.Tensor, task: str, snapshot=None
+) -> torch.Tensor:
     """∇_{y_u} ‖EMA(g_ℓ) − g_u‖²_normalized = (2/B) J u, with J u from one forward-mode JVP.
 
     u: flat (p,) tangent n ⊙ (EMA(g_ℓ) − g_u). The model runs in its current mode (train: batch
@@ -207,9 +223,15 @@ def jvp_label_gradient(model: torch.nn.Module, x_u: torch.Tensor, u: torch.Tenso
     return (2.0 / x_u.shape[0]) * ju
 
 
-def double_backward_label_gradient(model: torch.nn.Module, x_u: torch.Tensor, y_u: torch.Tensor,
-                                   target: torch.Tensor, normalizer: torch.Tensor, task: str,
-                                   snapshot=None) -> torch.Tensor:
+def double_backward_label_gradient(
+    model: torch.nn.Module,
+    x_u: torch.Tensor,
+    y_u: torch.Tensor,
+    target: torch.Tensor,
+    normalizer: torch.Tensor,
+    task: str,
+    snapshot=None,
+) -> torch.Tensor:
     """Reference: ∇_{y_u} Σ_i n_i (target_i − g_u,i(y_u))² by autograd through g_u (create_graph).
 
     target = EMA(g_ℓ), normalizer n = 1/(ε_norm + sqrt(EMA(v⁴))), both flat (p,) constants.
@@ -220,33 +242,46 @@ def double_backward_label_gradient(model: torch.nn.Module, x_u: torch.Tensor, y_
     y = y_u.detach().requires_grad_(True)
     with replayed_rng(snapshot):
         outputs = functional_call(model, (params, buffers), (x_u,))
-    g_u = torch.autograd.grad(unlabeled_loss(outputs, y, task), list(params.values()), create_graph=True,
-                              materialize_grads=True)
+    g_u = torch.autograd.grad(
+        unlabeled_loss(outputs, y, task), list(params.values()), create_graph=True, materialize_grads=True
+    )
     v = target - flat(g_u)
     return torch.autograd.grad((normalizer * v * v).sum(), y)[0]
 
 
 # ---- one iteration of Algorithm 1 -------------------------------------------------------------------
 
+
 def check_inputs(state_w: torch.Tensor, x_l, y_l, x_u, indices, task: str) -> None:
     """Shape, dtype and device checks on the host (no device sync), before any compute."""
     n_u, k = state_w.shape
     _require(x_l.shape[0] >= 1 and x_u.shape[0] >= 1, "empty labeled or unlabeled minibatch")
     _require(x_l.shape[0] == y_l.shape[0], f"x_l has {x_l.shape[0]} rows but y_l has {y_l.shape[0]}")
-    _require(x_l.device == state_w.device and x_u.device == state_w.device and y_l.device == state_w.device,
-             f"inputs must be on the model's device {state_w.device}")
+    _require(
+        x_l.device == state_w.device and x_u.device == state_w.device and y_l.device == state_w.device,
+        f"inputs must be on the model's device {state_w.device}",
+    )
     if task == "classification":
         _require(y_l.dim() == 1 and not y_l.is_floating_point(), "classification y_l must be class indices (B,)")
     else:
         _require(y_l.dim() == 2 and y_l.shape[1] == k, f"regression y_l must have shape (B, {k})")
-    _require(indices.dim() == 1 and indices.shape[0] == x_u.shape[0] and not indices.is_floating_point(),
-             f"indices must be {x_u.shape[0]} integers, one per row of x_u")
+    _require(
+        indices.dim() == 1 and indices.shape[0] == x_u.shape[0] and not indices.is_floating_point(),
+        f"indices must be {x_u.shape[0]} integers, one per row of x_u",
+    )
     if indices.device.type == "cpu":
         _require(bool(indices.min() >= 0) and bool(indices.max() < n_u), f"indices must lie in [0, {n_u})")
 
 
-def lga_step(model: torch.nn.Module, state: LGAState, x_l: torch.Tensor, y_l: torch.Tensor,
-             x_u: torch.Tensor, indices: torch.Tensor, extra_gradient=None) -> dict[str, torch.Tensor]:
+def lga_step(
+    model: torch.nn.Module,
+    state: LGAState,
+    x_l: torch.Tensor,
+    y_l: torch.Tensor,
+    x_u: torch.Tensor,
+    indices: torch.Tensor,
+    extra_gradient=None,
+) -> dict[str, torch.Tensor]:
     """One iteration of Algorithm 1; θ and w move simultaneously from the gradients at the same θ.
 
     indices: the rows of w that the unlabeled minibatch x_u holds. extra_gradient: optional
@@ -261,8 +296,10 @@ def lga_step(model: torch.nn.Module, state: LGAState, x_l: torch.Tensor, y_l: to
     params = list(trainable(model).values())
 
     outputs_l = model(x_l)
-    _require(outputs_l.shape[-1] == state.w.shape[1],
-             f"the model gives {outputs_l.shape[-1]} outputs but w has {state.w.shape[1]} columns")
+    _require(
+        outputs_l.shape[-1] == state.w.shape[1],
+        f"the model gives {outputs_l.shape[-1]} outputs but w has {state.w.shape[1]} columns",
+    )
     loss_l = labeled_loss(outputs_l, y_l, s.task)
     g_l = torch.autograd.grad(loss_l, params, materialize_grads=True)
     y_u = imputed_labels(state.w.detach()[indices], s.task)
@@ -300,4 +337,3 @@ def lga_step(model: torch.nn.Module, state: LGAState, x_l: torch.Tensor, y_l: to
     state.w_optimizer.step()
     state.step = step
     return diagnostics
-

@@ -42,8 +42,14 @@ class LGAState:
     y_u: torch.Tensor
 
 
-def lga_step(state: LGAState, problem: LinearProblem, alpha_theta: float, alpha_w: float,
-             eps_norm: float, label_weight: float = 0.0) -> LGAState:
+def lga_step(
+    state: LGAState,
+    problem: LinearProblem,
+    alpha_theta: float,
+    alpha_w: float,
+    eps_norm: float,
+    label_weight: float = 0.0,
+) -> LGAState:
     """One step of Eq. 10-11 (with Algorithm 1's T(i)·g_ℓ term as `label_weight`; §3.1 uses 0)."""
     g_l = least_squares_gradient(state.theta, problem.X_l, problem.y_l)
     g_u = least_squares_gradient(state.theta, problem.X_u, state.y_u)
@@ -57,9 +63,17 @@ def c_coefficients(theta: torch.Tensor, problem: LinearProblem) -> torch.Tensor:
     return problem.lambda_l * theta / problem.b
 
 
-def run_lga(problem: LinearProblem, steps: int, alpha_theta: float, alpha_w: float, eps_norm: float,
-            record_every: int = 1, state: LGAState | None = None, label_weight: float = 0.0,
-            show_progress: bool = True) -> dict:
+def run_lga(
+    problem: LinearProblem,
+    steps: int,
+    alpha_theta: float,
+    alpha_w: float,
+    eps_norm: float,
+    record_every: int = 1,
+    state: LGAState | None = None,
+    label_weight: float = 0.0,
+    show_progress: bool = True,
+) -> dict:
     """Run LGA from θ = 0, y_u = 0 (or `state`); returns the recorded θ_k and the final state."""
     m, n_u = problem.X_l.shape[1], problem.X_u.shape[0]
     dtype = problem.X_l.dtype
@@ -75,8 +89,9 @@ def run_lga(problem: LinearProblem, steps: int, alpha_theta: float, alpha_w: flo
     return {"steps": torch.tensor(steps_kept), "theta": torch.stack(thetas), "state": state}
 
 
-def diagonal_recurrence(lambda_l, lambda_u, b, n_u: int, steps: int, alpha_theta: float, alpha_w: float,
-                        eps_norm: float) -> torch.Tensor:
+def diagonal_recurrence(
+    lambda_l, lambda_u, b, n_u: int, steps: int, alpha_theta: float, alpha_w: float, eps_norm: float
+) -> torch.Tensor:
     """c_{k,i} for k = 0..steps from the per-coordinate recurrence (proof of Proposition 1).
 
     With diagonal Gram matrices, write s_i = (1/n_u) e_iᵀX_uᵀy_u. Then

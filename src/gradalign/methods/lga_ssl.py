@@ -29,8 +29,13 @@ class LGABenchmarkSettings(Settings):
 
 def lga_init(model: torch.nn.Module, settings: LGABenchmarkSettings, n_unlabeled: int, classes: int):
     """(Algorithm 1's state, its θ optimizer: the protocol's learning-rate schedule acts on it)."""
-    lga = LGASettings(alpha_theta=settings.lr, alpha_w=settings.alpha_w, eps_norm=settings.eps_norm,
-                      labeled_weight=ConstantWeight(1.0), check_every=0)  # T(i) = 1: our choice
+    lga = LGASettings(
+        alpha_theta=settings.lr,
+        alpha_w=settings.alpha_w,
+        eps_norm=settings.eps_norm,
+        labeled_weight=ConstantWeight(1.0),
+        check_every=0,
+    )  # T(i) = 1: our choice
     state = init_lga(model, n_unlabeled, classes, lga)
     return state, state.theta_optimizer
 
@@ -52,8 +57,13 @@ def _lga(run, ramp: float, x_l, y_l, x_u, idx_u, with_vat: bool) -> dict[str, to
             clean = run.model(x_u_aug)
         term = vat_term(run, vat, x_u, clean)
         batch = x_l.shape[0] + x_u.shape[0]
-        extra = torch.autograd.grad(vat.weight * ramp * term / batch, list(trainable(run.model).values()),
-                                    materialize_grads=True)
+        extra = torch.autograd.grad(
+            vat.weight * ramp * term / batch, list(trainable(run.model).values()), materialize_grads=True
+        )
     out = lga_step(run.model, run.extra, x_l_aug, y_l, x_u_aug, idx_u, extra_gradient=extra)
-    return {"loss": out["loss_labeled"] + out["loss_unlabeled"], "loss_labeled": out["loss_labeled"],
-            "loss_unlabeled": out["loss_unlabeled"], "distance": out["distance"]}
+    return {
+        "loss": out["loss_labeled"] + out["loss_unlabeled"],
+        "loss_labeled": out["loss_labeled"],
+        "loss_unlabeled": out["loss_unlabeled"],
+        "distance": out["distance"],
+    }

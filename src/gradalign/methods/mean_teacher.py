@@ -35,7 +35,7 @@ def mean_teacher_step(run, ramp: float, x_l, y_l, x_u, idx_u) -> dict[str, torch
     batch = x_l.shape[0] + x_u.shape[0]
     x_u_aug = run.augment(x_u)
     logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
-    logits_l, logits_u = logits[:len(x_l)], logits[len(x_l):]
+    logits_l, logits_u = logits[: len(x_l)], logits[len(x_l) :]
     with torch.no_grad(), frozen_bn_stats(run.extra):
         teacher = run.extra(run.augment(x_u))
     unlabeled = softmax_mse(logits_u, teacher).sum()

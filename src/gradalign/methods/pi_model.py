@@ -26,7 +26,7 @@ def pi_model_step(run, ramp: float, x_l, y_l, x_u, idx_u) -> dict[str, torch.Ten
     batch = x_l.shape[0] + x_u.shape[0]
     x_u_aug = run.augment(x_u)
     logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
-    logits_l, logits_u = logits[:len(x_l)], logits[len(x_l):]
+    logits_l, logits_u = logits[: len(x_l)], logits[len(x_l) :]
     with frozen_bn_stats(run.model):
         second = run.model(run.augment(x_u))
     unlabeled = softmax_mse(logits_u, second).sum()

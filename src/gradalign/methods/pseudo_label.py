@@ -42,6 +42,6 @@ def pseudo_label_step(run, ramp: float, x_l, y_l, x_u, idx_u) -> dict[str, torch
     batch = x_l.shape[0] + x_u.shape[0]
     x_u_aug = run.augment(x_u)
     logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
-    logits_l, logits_u = logits[:len(x_l)], logits[len(x_l):]
+    logits_l, logits_u = logits[: len(x_l)], logits[len(x_l) :]
     unlabeled = pseudo_label_terms(logits_u, run.settings.threshold)[0].sum()
     return descend(run, *oliver_objective(logits_l, y_l, unlabeled, batch, run.settings.weight, ramp))

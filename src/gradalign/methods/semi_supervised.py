@@ -14,8 +14,9 @@ import torch
 import torch.nn.functional as F
 
 
-def oliver_objective(logits_l: torch.Tensor, y_l: torch.Tensor, unlabeled_sum: torch.Tensor, batch: int,
-                     weight: float, ramp: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def oliver_objective(
+    logits_l: torch.Tensor, y_l: torch.Tensor, unlabeled_sum: torch.Tensor, batch: int, weight: float, ramp: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, labeled term, unlabeled term): the sums divided by the full batch size B."""
     labeled = F.cross_entropy(logits_l, y_l, reduction="sum") / batch
     unlabeled = unlabeled_sum / batch

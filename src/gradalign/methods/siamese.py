@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from gradalign.divergence import raise_if_not_finite
 
 
-def siamese_step(run, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor, k: int, previous_loss
-                 ) -> dict[str, torch.Tensor]:
+def siamese_step(
+    run, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor, k: int, previous_loss
+) -> dict[str, torch.Tensor]:
     """One SGD step of `run.net` (and the readout) on two views; (loss, readout hits, labelled count).
 
     `run` provides net, target (or None), predictor, loss_fn, readout, opt, readout_opt and `autocast`
@@ -32,8 +33,9 @@ def siamese_step(run, x1: torch.Tensor, x2: torch.Tensor, labels: torch.Tensor, 
             t1, t2 = z1.detach(), z2.detach()
     z1, z2, t1, t2 = (v.float() for v in (z1, z2, t1, t2))
     run.predictor.update(torch.cat([z1, z2]))
-    raise_if_not_finite("Siamese training", k, {"the previous loss": previous_loss,
-                                                 "the projector correlation": run.predictor.C})
+    raise_if_not_finite(
+        "Siamese training", k, {"the previous loss": previous_loss, "the projector correlation": run.predictor.C}
+    )
     W_P = run.predictor.matrix()
     loss = run.loss_fn(z1, t2, W_P) + run.loss_fn(z2, t1, W_P)
     logits, y = run.readout(torch.cat([h1, h2]).detach().float()), labels.repeat(2)

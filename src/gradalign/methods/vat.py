@@ -27,8 +27,12 @@ class VATSettings(Settings):
             require(self, name, getattr(self, name) >= 0, "must be >= 0")
         for name in ("eps", "xi"):
             require(self, name, getattr(self, name) > 0, "must be > 0")
-        require(self, "weight", self.entmin == 0 or self.weight > 0,
-                "must be > 0 when entmin > 0 (the entropy term is ramped with the VAT weight)")
+        require(
+            self,
+            "weight",
+            self.entmin == 0 or self.weight > 0,
+            "must be > 0 when entmin > 0 (the entropy term is ramped with the VAT weight)",
+        )
 
 
 def vat_term(run, settings, x_u: torch.Tensor, clean_logits: torch.Tensor) -> torch.Tensor:
@@ -37,8 +41,9 @@ def vat_term(run, settings, x_u: torch.Tensor, clean_logits: torch.Tensor) -> to
     Each VAT pass augments x_u + r afresh (Oliver et al.'s in-network augmentation). The caller
     multiplies by weight · ramp, so the entropy penalty enters as entmin · ramp · H.
     """
-    kl, perturbed = vat_loss(run.model, x_u, clean_logits.detach(), settings.eps, settings.xi,
-                             generator=run.generator, augment=run.augment)
+    kl, perturbed = vat_loss(
+        run.model, x_u, clean_logits.detach(), settings.eps, settings.xi, generator=run.generator, augment=run.augment
+    )
     total = kl.sum()
     if getattr(settings, "entmin", 0.0):
         total = total + settings.entmin / settings.weight * entropy(perturbed).sum()
@@ -49,6 +54,6 @@ def vat_step(run, ramp: float, x_l, y_l, x_u, idx_u) -> dict[str, torch.Tensor]:
     batch = x_l.shape[0] + x_u.shape[0]
     x_u_aug = run.augment(x_u)
     logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
-    logits_l, logits_u = logits[:len(x_l)], logits[len(x_l):]
+    logits_l, logits_u = logits[: len(x_l)], logits[len(x_l) :]
     unlabeled = vat_term(run, run.settings, x_u, logits_u)
     return descend(run, *oliver_objective(logits_l, y_l, unlabeled, batch, run.settings.weight, ramp))

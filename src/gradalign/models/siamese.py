@@ -10,8 +10,9 @@ from gradalign.models.vgg import VGG11
 
 def projection_mlp(in_dim: int, hidden: int, out_dim: int) -> nn.Sequential:
     """One hidden layer: Linear - BatchNorm1d - ReLU - Linear (§3)."""
-    return nn.Sequential(nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True),
-                         nn.Linear(hidden, out_dim))
+    return nn.Sequential(
+        nn.Linear(in_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True), nn.Linear(hidden, out_dim)
+    )
 
 
 class SiameseNet(nn.Module):

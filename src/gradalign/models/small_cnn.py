@@ -17,8 +17,11 @@ class SmallCNN(nn.Module):
         super().__init__()
         layers, cin = [], in_channels
         for i, cout in enumerate((width, 2 * width, 4 * width)):
-            layers += [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout, momentum=0.01),
-                       nn.LeakyReLU(0.1)]
+            layers += [
+                nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+                nn.BatchNorm2d(cout, momentum=0.01),
+                nn.LeakyReLU(0.1),
+            ]
             if i < 2:
                 layers.append(nn.MaxPool2d(2))
             cin = cout

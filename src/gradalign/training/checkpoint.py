@@ -47,8 +47,14 @@ def save_checkpoint(path: Path, run_fingerprint: str, state: dict) -> Path:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     payload = buffer.getvalue()
-    header = json.dumps({"format": FORMAT, "fingerprint": run_fingerprint,
-                         "sha256": hashlib.sha256(payload).hexdigest(), "bytes": len(payload)})
+    header = json.dumps(
+        {
+            "format": FORMAT,
+            "fingerprint": run_fingerprint,
+            "sha256": hashlib.sha256(payload).hexdigest(),
+            "bytes": len(payload),
+        }
+    )
 
     def write(handle):
         handle.write(header.encode() + b"\n")

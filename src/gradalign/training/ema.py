@@ -13,4 +13,3 @@ def ema_network_update(target: nn.Module, online: nn.Module, tau: float) -> None
     torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), 1 - tau)
     for t, o in zip(target.buffers(), online.buffers()):
         t.copy_(o)
-

@@ -8,16 +8,17 @@ from torch import nn
 
 
 @torch.no_grad()
-def classification_metrics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000
-                           ) -> tuple[float, float]:
+def classification_metrics(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000
+) -> tuple[float, float]:
     """(error %, mean cross entropy) in eval mode, in chunks of `batch`; the loss summed in float64."""
     was_training = model.training
     model.eval()
     wrong = torch.zeros((), device=x.device)
     loss = torch.zeros((), device=x.device, dtype=torch.float64)
     for start in range(0, len(x), batch):
-        logits = model(x[start:start + batch]).float()
-        target = y[start:start + batch]
+        logits = model(x[start : start + batch]).float()
+        target = y[start : start + batch]
         wrong += (logits.argmax(-1) != target).sum()
         loss += F.cross_entropy(logits, target, reduction="sum").double()
     model.train(was_training)
@@ -25,8 +26,9 @@ def classification_metrics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, b
 
 
 @torch.no_grad()
-def extract_features(backbone: nn.Module, images: torch.Tensor, prepare, batch_size: int = 1024,
-                     bf16: bool = False) -> torch.Tensor:
+def extract_features(
+    backbone: nn.Module, images: torch.Tensor, prepare, batch_size: int = 1024, bf16: bool = False
+) -> torch.Tensor:
     """Float32 features of `prepare(chunk)` for each chunk of images, backbone in eval mode (BN running stats)."""
     was_training = backbone.training
     backbone.eval()
@@ -45,8 +47,9 @@ def accuracy(classifier: nn.Module, features: torch.Tensor, labels: torch.Tensor
     return float(classifier(features).argmax(1).eq(labels).double().mean())
 
 
-def linear_probe(train_features, train_labels, test_features, test_labels, l2: float = 1e-4,
-                 iterations: int = 300) -> float:
+def linear_probe(
+    train_features, train_labels, test_features, test_labels, l2: float = 1e-4, iterations: int = 300
+) -> float:
     """Test accuracy of a multinomial logistic regression on frozen features.
 
     Features standardised with the training mean and std; weights from zero; full-batch L-BFGS
@@ -59,8 +62,14 @@ def linear_probe(train_features, train_labels, test_features, test_labels, l2: f
     classes = int(max(train_labels.max(), test_labels.max())) + 1
     W = torch.zeros(a.shape[1], classes, device=a.device, requires_grad=True)
     bias = torch.zeros(classes, device=a.device, requires_grad=True)
-    opt = torch.optim.LBFGS([W, bias], max_iter=iterations, history_size=20, line_search_fn="strong_wolfe",
-                            tolerance_grad=1e-9, tolerance_change=1e-12)
+    opt = torch.optim.LBFGS(
+        [W, bias],
+        max_iter=iterations,
+        history_size=20,
+        line_search_fn="strong_wolfe",
+        tolerance_grad=1e-9,
+        tolerance_change=1e-12,
+    )
 
     def closure():
         opt.zero_grad()

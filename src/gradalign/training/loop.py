@@ -30,7 +30,9 @@ from gradalign.divergence import raise_if_not_finite
 
 class Run(Protocol):
     def step(self, t: int) -> dict[str, torch.Tensor]: ...
-    def evaluate(self, t: int, sums: dict[str, float], count: int, last: dict[str, torch.Tensor]) -> dict[str, float]: ...
+    def evaluate(
+        self, t: int, sums: dict[str, float], count: int, last: dict[str, torch.Tensor]
+    ) -> dict[str, float]: ...
     def state_dict(self) -> dict: ...
     def load_state_dict(self, state: dict) -> None: ...
 
@@ -49,10 +51,21 @@ def every(n: int, steps: int) -> Callable[[int], bool]:
     return lambda t: t % n == 0 or t == steps
 
 
-def train(run: Run, steps: int, *, eval_at: Callable[[int], bool], name: str, checkpoint: Path | None = None,
-          run_fingerprint: str = "", checkpoint_every: int = 0, select: str | None = None,
-          model: torch.nn.Module | None = None, time_limit_s: float | None = None, max_evals: int | None = None,
-          map_location="cpu") -> LoopResult:
+def train(
+    run: Run,
+    steps: int,
+    *,
+    eval_at: Callable[[int], bool],
+    name: str,
+    checkpoint: Path | None = None,
+    run_fingerprint: str = "",
+    checkpoint_every: int = 0,
+    select: str | None = None,
+    model: torch.nn.Module | None = None,
+    time_limit_s: float | None = None,
+    max_evals: int | None = None,
+    map_location="cpu",
+) -> LoopResult:
     """Run steps 1..`steps` of `run` (1-based), resuming from `checkpoint` when it holds this run."""
     out, sums, count, tick = LoopResult(), {}, 0, time.perf_counter()
     start = 0
@@ -88,12 +101,27 @@ def train(run: Run, steps: int, *, eval_at: Callable[[int], bool], name: str, ch
             due = (t % checkpoint_every == 0) if checkpoint_every else evaluated
             if checkpoint is not None and due and t < steps:
                 now = time.perf_counter()
-                save_checkpoint(checkpoint, run_fingerprint, {
-                    "run": run.state_dict(),
-                    "loop": {"history": out.history, "best": out.best, "step": t, "sums": sums, "count": count,
-                             "seconds": out.train_seconds + now - tick, "rng": torch.get_rng_state()}})
-            if evaluated and t < steps and _time_is_up(evals_this_call, time.perf_counter() - begun, time_limit_s,
-                                                       max_evals):
+                save_checkpoint(
+                    checkpoint,
+                    run_fingerprint,
+                    {
+                        "run": run.state_dict(),
+                        "loop": {
+                            "history": out.history,
+                            "best": out.best,
+                            "step": t,
+                            "sums": sums,
+                            "count": count,
+                            "seconds": out.train_seconds + now - tick,
+                            "rng": torch.get_rng_state(),
+                        },
+                    },
+                )
+            if (
+                evaluated
+                and t < steps
+                and _time_is_up(evals_this_call, time.perf_counter() - begun, time_limit_s, max_evals)
+            ):
                 out.complete = False
                 out.steps_done = t
                 break

@@ -65,12 +65,16 @@ class ShellsRun:
         self.labeled = IndexStream(len(data.x_labeled), s.batch, seed)
         if method == "lga":
             self.unlabeled = IndexStream(len(data.x_unlabeled), s.batch, seed + 1)
-            settings = LGASettings(alpha_theta=s.lr, alpha_w=s.alpha_w, eps_norm=s.eps_norm,
-                                   labeled_weight=ConstantWeight(s.labeled_weight))
+            settings = LGASettings(
+                alpha_theta=s.lr,
+                alpha_w=s.alpha_w,
+                eps_norm=s.eps_norm,
+                labeled_weight=ConstantWeight(s.labeled_weight),
+            )
             self.lga = init_lga(self.model, len(data.x_unlabeled), N_CLASSES, settings)
         else:
             self.optimizer = adam(self.params, s.lr, (0.9, 0.999), 1e-8)
-        self.x_h, self.y_h = data.x_test[:s.hessian_points], data.y_test[:s.hessian_points]
+        self.x_h, self.y_h = data.x_test[: s.hessian_points], data.y_test[: s.hessian_points]
 
     def measured(self, t: int) -> bool:
         return (t - 1) % self.s.eval_every == 0
@@ -81,8 +85,12 @@ class ShellsRun:
         if self.measured(t):
             raise_if_not_finite(f"shells {self.method}", t - 1, {"parameters": flat([p.detach() for p in self.params])})
             eigenvalue, q1 = model_hessian_top_eigenvector(
-                self.model, lambda o: F.cross_entropy(o, self.y_h), self.x_h, iters=s.lanczos_iters,
-                generator=torch.Generator().manual_seed(self.seed + t - 1))
+                self.model,
+                lambda o: F.cross_entropy(o, self.y_h),
+                self.x_h,
+                iters=s.lanczos_iters,
+                generator=torch.Generator().manual_seed(self.seed + t - 1),
+            )
             before = flat([p.detach() for p in self.params]).clone()
         i_l = self.labeled.next()
         if self.method == "lga":
@@ -104,10 +112,16 @@ class ShellsRun:
     def evaluate(self, t: int, sums: dict[str, float], count: int, last: dict[str, torch.Tensor]) -> dict[str, float]:
         error, loss = classification_metrics(self.model, self.data.x_test, self.data.y_test)
         if not loss < DIVERGED_LOSS:
-            raise DivergenceError(f"shells {self.method} diverged at step {t - 1}: test_loss = {loss:.3g} "
-                                  f"(over 100x the chance loss ln {N_CLASSES}); lower the learning rate")
-        values = {"alignment": float(last["alignment"]), "test_accuracy": 1 - error / 100, "test_loss": loss,
-                  "eigenvalue": float(last["eigenvalue"])}
+            raise DivergenceError(
+                f"shells {self.method} diverged at step {t - 1}: test_loss = {loss:.3g} "
+                f"(over 100x the chance loss ln {N_CLASSES}); lower the learning rate"
+            )
+        values = {
+            "alignment": float(last["alignment"]),
+            "test_accuracy": 1 - error / 100,
+            "test_loss": loss,
+            "eigenvalue": float(last["eigenvalue"]),
+        }
         if self.method == "lga":
             imputed = self.lga.w.detach().argmax(-1)
             values["imputed_accuracy"] = float((imputed == self.data.y_unlabeled).float().mean())
@@ -123,8 +137,7 @@ def shells_trial(data: ShellsData, method: str, s: ShellsTrialSettings, seed: in
     """Curves of one trial: step, alignment, test accuracy and loss, eigenvalue (LGA: imputed-label accuracy)."""
     run = ShellsRun(data, method, s, seed)
     out = loop.train(run, s.steps, eval_at=run.measured, name=f"shells {method}")
-    curves = {"step": [t - 1 for t in out.history["step"]],
-              **{k: v for k, v in out.history.items() if k != "step"}}
+    curves = {"step": [t - 1 for t in out.history["step"]], **{k: v for k, v in out.history.items() if k != "step"}}
     error, loss = classification_metrics(run.model, data.x_test, data.y_test)
     curves["final_test_accuracy"], curves["final_test_loss"] = [1 - error / 100], [loss]
     return curves

@@ -74,8 +74,10 @@ class SiameseSettings(Settings):
             (self.loss not in DEEP_LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(DEEP_LOSSES)}"),
             (self.epochs < 1, f"epochs must be ≥ 1; got {self.epochs}"),
             (self.batch_size < 2, f"batch_size must be >= 2; got {self.batch_size}"),
-            (not 0 <= self.warmup_epochs < self.epochs, f"warmup_epochs must be in [0, epochs = {self.epochs}); "
-                                                        f"got {self.warmup_epochs}"),
+            (
+                not 0 <= self.warmup_epochs < self.epochs,
+                f"warmup_epochs must be in [0, epochs = {self.epochs}); got {self.warmup_epochs}",
+            ),
             (min(self.lr, self.readout_lr) <= 0, f"lr and readout_lr must be > 0; got {self.lr}, {self.readout_lr}"),
             (not 0 <= self.momentum < 1, f"momentum must be in [0, 1); got {self.momentum}"),
             (min(self.weight_decay, self.probe_l2) < 0, "weight_decay and probe_l2 must be ≥ 0"),
@@ -83,8 +85,10 @@ class SiameseSettings(Settings):
             (not 0 <= self.directpred_tau < 1, f"predictor_tau must be in [0, 1); got {self.predictor_tau}"),
             (self.predictor_alpha <= 0 or self.predictor_eps < 0, "predictor_alpha must be > 0, predictor_eps ≥ 0"),
             (self.width <= 0, f"width must be > 0; got {self.width}"),
-            (min(self.projector_hidden, self.projector_dim, self.probe_iterations, self.eval_batch_size) < 1,
-             "projector_hidden, projector_dim, probe_iterations and eval_batch_size must be ≥ 1"),
+            (
+                min(self.projector_hidden, self.projector_dim, self.probe_iterations, self.eval_batch_size) < 1,
+                "projector_hidden, projector_dim, probe_iterations and eval_batch_size must be ≥ 1",
+            ),
             (not 0 < self.crop_scale_min <= 1, f"crop_scale_min must be in (0, 1]; got {self.crop_scale_min}"),
         ]
         for bad, message in problems:
@@ -95,8 +99,19 @@ class SiameseSettings(Settings):
 class SiameseRun:
     """Everything a run updates: networks, predictor, readout, optimisers, the data/augmentation generator."""
 
-    def __init__(self, s: SiameseSettings, images, labels, test_images, test_labels, classes: int,
-                 augment: SimCLRAugment, mean, std, device: torch.device):
+    def __init__(
+        self,
+        s: SiameseSettings,
+        images,
+        labels,
+        test_images,
+        test_labels,
+        classes: int,
+        augment: SimCLRAugment,
+        mean,
+        std,
+        device: torch.device,
+    ):
         self.s, self.augment, self.device, self.mean, self.std = s, augment, device, mean, std
         self.images, self.labels, self.test_images, self.test_labels = images, labels, test_images, test_labels
         self.steps_per_epoch = len(images) // s.batch_size
@@ -110,8 +125,9 @@ class SiameseRun:
         if self.fast and s.channels_last:
             self.net.to(memory_format=torch.channels_last)
         self.target = copy.deepcopy(self.net).requires_grad_(False) if s.ema else None
-        self.predictor = DirectPredictor(s.projector_dim, s.predictor_alpha, s.directpred_tau, s.predictor_eps,
-                                         device=device)
+        self.predictor = DirectPredictor(
+            s.projector_dim, s.predictor_alpha, s.directpred_tau, s.predictor_eps, device=device
+        )
         self.loss_fn = DEEP_LOSSES[s.loss]
         self.opt = torch.optim.SGD(self.net.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
         self.readout_opt = torch.optim.Adam(self.readout.parameters(), lr=s.readout_lr)
@@ -132,7 +148,7 @@ class SiameseRun:
         if i == 0:
             self.order = torch.randperm(len(self.images), generator=self.generator, device=self.device)
             self.previous_loss, self.epoch_began = None, time.perf_counter()
-        batch = self.order[i * B:(i + 1) * B]
+        batch = self.order[i * B : (i + 1) * B]
         lr = warmup_cosine(k, self.total_steps, self.s.warmup_epochs * self.steps_per_epoch, self.s.lr)
         for group in self.opt.param_groups:
             group["lr"] = lr
@@ -146,16 +162,25 @@ class SiameseRun:
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict[str, float]:
         self.epoch_seconds.append(time.perf_counter() - self.epoch_began)
-        return {"loss": sums["loss"] / self.steps_per_epoch, "lr": self.opt.param_groups[0]["lr"],
-                "readout_train_acc": sums["hits"] / max(sums["labelled"], 1),
-                "readout_test_acc": accuracy(self.readout, self.features(self.test_images), self.test_labels),
-                **spectrum_summary(self.predictor.spectrum()[0])}
+        return {
+            "loss": sums["loss"] / self.steps_per_epoch,
+            "lr": self.opt.param_groups[0]["lr"],
+            "readout_train_acc": sums["hits"] / max(sums["labelled"], 1),
+            "readout_test_acc": accuracy(self.readout, self.features(self.test_images), self.test_labels),
+            **spectrum_summary(self.predictor.spectrum()[0]),
+        }
 
     def state_dict(self) -> dict:
-        return {"net": self.net.state_dict(), "target": self.target.state_dict() if self.target else None,
-                "predictor": self.predictor.state_dict(), "readout": self.readout.state_dict(),
-                "opt": self.opt.state_dict(), "readout_opt": self.readout_opt.state_dict(),
-                "generator": self.generator.get_state(), "epoch_seconds": self.epoch_seconds}
+        return {
+            "net": self.net.state_dict(),
+            "target": self.target.state_dict() if self.target else None,
+            "predictor": self.predictor.state_dict(),
+            "readout": self.readout.state_dict(),
+            "opt": self.opt.state_dict(),
+            "readout_opt": self.readout_opt.state_dict(),
+            "generator": self.generator.get_state(),
+            "epoch_seconds": self.epoch_seconds,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         for name in ("net", "predictor", "readout", "opt", "readout_opt"):
@@ -166,9 +191,18 @@ class SiameseRun:
         self.epoch_seconds = list(state["epoch_seconds"])
 
 
-def train_siamese(train_images, train_labels, test_images, test_labels, settings: SiameseSettings,
-                  device: torch.device | str = "cpu", checkpoint: Path | str | None = None, *,
-                  max_epochs_this_call: int | None = None, time_limit_s: float | None = None) -> dict:
+def train_siamese(
+    train_images,
+    train_labels,
+    test_images,
+    test_labels,
+    settings: SiameseSettings,
+    device: torch.device | str = "cpu",
+    checkpoint: Path | str | None = None,
+    *,
+    max_epochs_this_call: int | None = None,
+    time_limit_s: float | None = None,
+) -> dict:
     """Train a Siamese VGG11 with DirectPred (§3, Table 1) and return plain-Python results.
 
     Images: uint8 (N, H, W) or (N, C, H, W), C = 1 or 3; labels int64, -1 for unlabelled training
@@ -184,37 +218,69 @@ def train_siamese(train_images, train_labels, test_images, test_labels, settings
     train_labels, test_labels = torch.as_tensor(train_labels).long(), torch.as_tensor(test_labels).long()
     s.check(len(train_images))
     if (max_epochs_this_call is not None and max_epochs_this_call < 1) or (
-            time_limit_s is not None and time_limit_s <= 0):
-        raise ConfigError(f"max_epochs_this_call must be ≥ 1 and time_limit_s > 0; "
-                          f"got {max_epochs_this_call}, {time_limit_s}")
+        time_limit_s is not None and time_limit_s <= 0
+    ):
+        raise ConfigError(
+            f"max_epochs_this_call must be ≥ 1 and time_limit_s > 0; got {max_epochs_this_call}, {time_limit_s}"
+        )
     check_image_sets(train_images, train_labels, test_images, test_labels)
     if device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # fixed input shapes: let cuDNN pick its fastest kernels
-    spec = {"settings": asdict(s), "device": device.type,
-            "data": data_digest(train_images, train_labels, test_images, test_labels)}
+    spec = {
+        "settings": asdict(s),
+        "device": device.type,
+        "data": data_digest(train_images, train_labels, test_images, test_labels),
+    }
     mean, std = channel_stats(train_images)
     classes = int(max(train_labels.max(), test_labels.max())) + 1
-    run = SiameseRun(s, train_images.to(device), train_labels.to(device), test_images.to(device),
-                     test_labels.to(device), classes, SimCLRAugment(mean, std, crop_scale=(s.crop_scale_min, 1.0)),
-                     mean, std, device)
+    run = SiameseRun(
+        s,
+        train_images.to(device),
+        train_labels.to(device),
+        test_images.to(device),
+        test_labels.to(device),
+        classes,
+        SimCLRAugment(mean, std, crop_scale=(s.crop_scale_min, 1.0)),
+        mean,
+        std,
+        device,
+    )
     desc = f"siamese {s.loss} {'EMA' if s.ema else 'no EMA'}"
-    out = loop.train(run, run.total_steps, eval_at=loop.every(run.steps_per_epoch, run.total_steps), name=desc,
-                     checkpoint=Path(checkpoint) if checkpoint is not None else None, run_fingerprint=fingerprint(spec),
-                     max_evals=max_epochs_this_call, time_limit_s=time_limit_s, map_location=device)
+    out = loop.train(
+        run,
+        run.total_steps,
+        eval_at=loop.every(run.steps_per_epoch, run.total_steps),
+        name=desc,
+        checkpoint=Path(checkpoint) if checkpoint is not None else None,
+        run_fingerprint=fingerprint(spec),
+        max_evals=max_epochs_this_call,
+        time_limit_s=time_limit_s,
+        map_location=device,
+    )
     epochs_done = out.steps_done // run.steps_per_epoch
     test_features = run.features(run.test_images)
     probe = None
     if out.complete:
         labelled = run.labels >= 0
-        probe = linear_probe(run.features(run.images[labelled]), run.labels[labelled], test_features,
-                             run.test_labels, s.probe_l2, s.probe_iterations)
+        probe = linear_probe(
+            run.features(run.images[labelled]),
+            run.labels[labelled],
+            test_features,
+            run.test_labels,
+            s.probe_l2,
+            s.probe_iterations,
+        )
     seconds = sum(run.epoch_seconds)
     return {
-        "settings": asdict(s), "epochs_done": epochs_done, "complete": out.complete,
-        "steps": epochs_done * run.steps_per_epoch, "curves": {name: out.history[name] for name in CURVES},
+        "settings": asdict(s),
+        "epochs_done": epochs_done,
+        "complete": out.complete,
+        "steps": epochs_done * run.steps_per_epoch,
+        "curves": {name: out.history[name] for name in CURVES},
         "final_spectrum": run.predictor.spectrum()[0].tolist(),
         "readout_test_acc": accuracy(run.readout, test_features, run.test_labels),
-        "probe_test_acc": probe, "epoch_seconds": run.epoch_seconds,
+        "probe_test_acc": probe,
+        "epoch_seconds": run.epoch_seconds,
         "images_per_s": epochs_done * run.steps_per_epoch * s.batch_size / seconds if seconds else None,
         "device": str(device),
     }

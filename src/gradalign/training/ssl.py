@@ -62,16 +62,33 @@ def method(name: str) -> SSLMethod:
 class SSLRun:
     """One method's training state on one data set: what a step reads and what a checkpoint holds."""
 
-    def __init__(self, name: str, model: torch.nn.Module, settings, protocol: OliverProtocol, data: SSLData,
-                 seed: int, augment: Callable | None = None):
-        self.name, self.method, self.model, self.settings, self.protocol, self.data = \
-            name, method(name), model, settings, protocol, data
+    def __init__(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        settings,
+        protocol: OliverProtocol,
+        data: SSLData,
+        seed: int,
+        augment: Callable | None = None,
+    ):
+        self.name, self.method, self.model, self.settings, self.protocol, self.data = (
+            name,
+            method(name),
+            model,
+            settings,
+            protocol,
+            data,
+        )
         if not isinstance(settings, self.method.settings):
             raise ConfigError(f"{name} takes {self.method.settings.__name__}; got {type(settings).__name__}")
         self.generator = torch.Generator(device=data.x_labeled.device).manual_seed(seed)  # augmentation
         self._augment = augment or data.augment
-        self.extra, optimizer = (self.method.init(model, settings, len(data.x_unlabeled), data.num_classes)
-                                 if self.method.init else (None, None))
+        self.extra, optimizer = (
+            self.method.init(model, settings, len(data.x_unlabeled), data.num_classes)
+            if self.method.init
+            else (None, None)
+        )
         self.optimizer = optimizer or protocol.optimizer(trainable(model).values(), settings.lr)
         self.labeled = IndexStream(len(data.x_labeled), protocol.batch_labeled, seed)
         self.unlabeled = IndexStream(len(data.x_unlabeled), protocol.batch_unlabeled, seed + 1)
@@ -84,18 +101,23 @@ class SSLRun:
         d = self.data
         i_l, i_u = self.labeled.next().to(d.x_labeled.device), self.unlabeled.next().to(d.x_labeled.device)
         set_lr(self.optimizer, self.settings.lr * self.protocol.lr_factor(t))
-        return self.method.step(self, self.protocol.ramp(t), d.x_labeled[i_l], d.y_labeled[i_l],
-                                d.x_unlabeled[i_u], i_u)
+        return self.method.step(
+            self, self.protocol.ramp(t), d.x_labeled[i_l], d.y_labeled[i_l], d.x_unlabeled[i_u], i_u
+        )
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict[str, float]:
         val_error, val_loss = classification_metrics(self.model, self.data.x_val, self.data.y_val)
         return {"val_error": val_error, "val_loss": val_loss, "train_loss": sums["loss"] / count}
 
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "generator": self.generator.get_state(), "labeled": self.labeled.state_dict(),
-                "unlabeled": self.unlabeled.state_dict(),
-                "extra": self.extra.state_dict() if self.extra is not None else None}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "labeled": self.labeled.state_dict(),
+            "unlabeled": self.unlabeled.state_dict(),
+            "extra": self.extra.state_dict() if self.extra is not None else None,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
@@ -107,25 +129,47 @@ class SSLRun:
             self.extra.load_state_dict(state["extra"])
 
 
-def train_ssl(model: torch.nn.Module, name: str, settings, protocol: OliverProtocol, data: SSLData, seed: int,
-              checkpoint: Path | str | None = None) -> dict:
+def train_ssl(
+    model: torch.nn.Module,
+    name: str,
+    settings,
+    protocol: OliverProtocol,
+    data: SSLData,
+    seed: int,
+    checkpoint: Path | str | None = None,
+) -> dict:
     """Train `model` in place with method `name`; the history and the test metrics at the best validation error.
 
     `checkpoint`: written atomically at every evaluation (or every `protocol.checkpoint_every` steps) and
     resumed from when present; resuming is bit-identical on CPU.
     """
     if len(data.x_labeled) < protocol.batch_labeled or len(data.x_unlabeled) < protocol.batch_unlabeled:
-        raise ConfigError(f"batches of {protocol.batch_labeled} labeled / {protocol.batch_unlabeled} unlabeled "
-                          f"need at least as many images; have {len(data.x_labeled)} / {len(data.x_unlabeled)}")
+        raise ConfigError(
+            f"batches of {protocol.batch_labeled} labeled / {protocol.batch_unlabeled} unlabeled "
+            f"need at least as many images; have {len(data.x_labeled)} / {len(data.x_unlabeled)}"
+        )
     torch.manual_seed(seed)
     model.train()
     run = SSLRun(name, model, settings, protocol, data, seed)
-    spec = {"method": name, "settings": asdict(settings), "protocol": asdict(protocol), "seed": seed,
-            "data": data_digest(data.x_labeled, data.y_labeled, data.x_unlabeled, data.x_val, data.x_test)}
-    out = loop.train(run, protocol.steps, eval_at=loop.every(protocol.eval_every, protocol.steps), name=TITLES[name],
-                     checkpoint=Path(checkpoint) if checkpoint is not None else None,
-                     run_fingerprint=fingerprint(spec), checkpoint_every=protocol.checkpoint_every,
-                     select="val_error", model=model, map_location=data.x_labeled.device)
+    spec = {
+        "method": name,
+        "settings": asdict(settings),
+        "protocol": asdict(protocol),
+        "seed": seed,
+        "data": data_digest(data.x_labeled, data.y_labeled, data.x_unlabeled, data.x_val, data.x_test),
+    }
+    out = loop.train(
+        run,
+        protocol.steps,
+        eval_at=loop.every(protocol.eval_every, protocol.steps),
+        name=TITLES[name],
+        checkpoint=Path(checkpoint) if checkpoint is not None else None,
+        run_fingerprint=fingerprint(spec),
+        checkpoint_every=protocol.checkpoint_every,
+        select="val_error",
+        model=model,
+        map_location=data.x_labeled.device,
+    )
     final_error, final_loss = classification_metrics(model, data.x_test, data.y_test)
     final_state = copy.deepcopy(model.state_dict())
     model.load_state_dict(out.best["state"])
@@ -133,7 +177,17 @@ def train_ssl(model: torch.nn.Module, name: str, settings, protocol: OliverProto
     model.load_state_dict(final_state)
     if checkpoint is not None:
         Path(checkpoint).unlink(missing_ok=True)
-    return {"method": name, "settings": asdict(settings), "seed": seed, "history": out.history,
-            "best_step": out.best["step"], "best_val_error": out.best["value"], "test_error": test_error,
-            "test_loss": test_loss, "final_test_error": final_error, "final_test_loss": final_loss,
-            "train_seconds": out.train_seconds, "steps": protocol.steps}
+    return {
+        "method": name,
+        "settings": asdict(settings),
+        "seed": seed,
+        "history": out.history,
+        "best_step": out.best["step"],
+        "best_val_error": out.best["value"],
+        "test_error": test_error,
+        "test_loss": test_loss,
+        "final_test_error": final_error,
+        "final_test_loss": final_loss,
+        "train_seconds": out.train_seconds,
+        "steps": protocol.steps,
+    }

@@ -20,7 +20,7 @@ class IndexStream:
             if self.position == self.n:
                 self.order, self.position = torch.randperm(self.n, generator=self.generator), 0
             take = min(need, self.n - self.position)
-            out.append(self.order[self.position:self.position + take])
+            out.append(self.order[self.position : self.position + take])
             self.position += take
             need -= take
         return torch.cat(out)

@@ -31,24 +31,36 @@ class DeepSiameseConfig(Config):
     train_subset: int = 10_000  # 0: the whole training split (plus STL-10's unlabeled split)
     test_subset: int = 10_000  # 0: the whole test split
     siamese: SiameseSettings = SiameseSettings(
-        width=0.25, projector_hidden=512, projector_dim=64, warmup_epochs=1,
-        crop_scale_min=0.2)  # cpu: a narrower VGG11 and projector; crop (0.2, 1): 0.08 is harsh at 28x28 (our choice)
+        width=0.25, projector_hidden=512, projector_dim=64, warmup_epochs=1, crop_scale_min=0.2
+    )  # cpu: a narrower VGG11 and projector; crop (0.2, 1): 0.08 is harsh at 28x28 (our choice)
     bench_dims: tuple[int, ...] = (32, 64, 128, 256, 512, 1024)  # projector widths for the DirectPred cost sweep
 
     def validate(self) -> None:
         super().validate()
         from gradalign.data.image_sets import IMAGE_SETS, TRAIN_SIZES
 
-        require(self, "datasets", len(self.datasets) >= 1 and all(d in IMAGE_SETS for d in self.datasets),
-                f"must name data sets among: {', '.join(IMAGE_SETS)}")
-        require(self, "epochs", len(self.epochs) == len(self.datasets) and all(e >= 1 for e in self.epochs),
-                "must give one positive epoch count per data set")
+        require(
+            self,
+            "datasets",
+            len(self.datasets) >= 1 and all(d in IMAGE_SETS for d in self.datasets),
+            f"must name data sets among: {', '.join(IMAGE_SETS)}",
+        )
+        require(
+            self,
+            "epochs",
+            len(self.epochs) == len(self.datasets) and all(e >= 1 for e in self.epochs),
+            "must give one positive epoch count per data set",
+        )
         require(self, "seeds", self.seeds >= 1, "must be >= 1")
         require(self, "train_subset", self.train_subset >= 0, "must be 0 (all) or >= 1")
         smallest = min(TRAIN_SIZES[d] for d in self.datasets)
         n_train = min(self.train_subset or smallest, smallest)
-        require(self, "siamese", 2 <= self.siamese.batch_size <= n_train,
-                f"batch_size must lie in [2, {n_train} training images]")
+        require(
+            self,
+            "siamese",
+            2 <= self.siamese.batch_size <= n_train,
+            f"batch_size must lie in [2, {n_train} training images]",
+        )
         require(self, "test_subset", self.test_subset >= 0, "must be >= 0")
         require(self, "siamese", self.siamese.warmup_epochs < min(self.epochs), "warmup_epochs must be < min(epochs)")
         require(self, "bench_dims", len(self.bench_dims) >= 1 and all(d >= 2 for d in self.bench_dims), "must be >= 2")
@@ -62,15 +74,23 @@ def siamese_checks(name: str, acc: dict) -> dict[str, dict]:
     to its mean linear-probe accuracy in percent."""
     return {
         f"{name}_iso_keeps_accuracy_without_ema": check(
-            acc["iso/no_ema"] >= acc["iso/ema"] - 3, acc,
+            acc["iso/no_ema"] >= acc["iso/ema"] - 3,
+            acc,
             "probe accuracy of L_iso without EMA >= with EMA - 3 points",
-            "L_iso without the EMA target keeps its accuracy (paper: 73.5 vs 72.5 CIFAR-10, 65.7 vs 67.1 STL-10)"),
+            "L_iso without the EMA target keeps its accuracy (paper: 73.5 vs 72.5 CIFAR-10, 65.7 vs 67.1 STL-10)",
+        ),
         f"{name}_L_loses_accuracy_without_ema": check(
-            acc["L/no_ema"] <= acc["L/ema"] - 5, acc, "probe accuracy of L without EMA <= with EMA - 5 points",
-            "L loses much of its accuracy without the EMA target (paper: -14.1 CIFAR-10, -30.8 STL-10)"),
+            acc["L/no_ema"] <= acc["L/ema"] - 5,
+            acc,
+            "probe accuracy of L without EMA <= with EMA - 5 points",
+            "L loses much of its accuracy without the EMA target (paper: -14.1 CIFAR-10, -30.8 STL-10)",
+        ),
         f"{name}_iso_beats_L_without_ema": check(
-            acc["iso/no_ema"] >= acc["L/no_ema"] + 5, acc, "without EMA, L_iso's probe accuracy >= L's + 5 points",
-            "without the EMA target IsoLoss outperforms the baseline by a large margin"),
+            acc["iso/no_ema"] >= acc["L/no_ema"] + 5,
+            acc,
+            "without EMA, L_iso's probe accuracy >= L's + 5 points",
+            "without the EMA target IsoLoss outperforms the baseline by a large margin",
+        ),
     }
 
 
@@ -88,8 +108,14 @@ def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
             runs[key] = []
             for seed in range(cfg.seed, cfg.seed + cfg.seeds):
                 settings = cfg.settings(loss, ema, epochs, seed)
-                spec = {"dataset": name, "train_subset": cfg.train_subset, "test_subset": cfg.test_subset,
-                        "data_seed": cfg.seed, "settings": settings.to_dict(), "device": torch.device(device).type}
+                spec = {
+                    "dataset": name,
+                    "train_subset": cfg.train_subset,
+                    "test_subset": cfg.test_subset,
+                    "data_seed": cfg.seed,
+                    "settings": settings.to_dict(),
+                    "device": torch.device(device).type,
+                }
 
                 def train(checkpoint, name=name, settings=settings):
                     if name not in data:
@@ -102,41 +128,91 @@ def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
                 curves[f"{key}/seed{seed}"] = out["curves"]
             probe = torch.tensor([100 * r["probe_test_acc"] for r in runs[key]])
             readout = torch.tensor([100 * r["readout_test_acc"] for r in runs[key]])
-            metrics[key] = {"probe_mean": float(probe.mean()), "probe_std": float(probe.std()) if len(probe) > 1 else 0.0,
-                            "readout_mean": float(readout.mean()),
-                            "readout_std": float(readout.std()) if len(readout) > 1 else 0.0,
-                            "probe": probe.tolist(), "readout": readout.tolist(),
-                            "participation_ratio": [r["curves"]["participation_ratio"][-1] for r in runs[key]]}
+            metrics[key] = {
+                "probe_mean": float(probe.mean()),
+                "probe_std": float(probe.std()) if len(probe) > 1 else 0.0,
+                "readout_mean": float(readout.mean()),
+                "readout_std": float(readout.std()) if len(readout) > 1 else 0.0,
+                "probe": probe.tolist(),
+                "readout": readout.tolist(),
+                "participation_ratio": [r["curves"]["participation_ratio"][-1] for r in runs[key]],
+            }
     step = sorted(step_seconds)[len(step_seconds) // 2]
     metrics["step_seconds"] = step
     metrics["directpred_cost"] = directpred_cost(cfg.bench_dims, step, torch.device(device))
     checks = {}
     for name in cfg.datasets:
-        checks.update(siamese_checks(name, {k.split("/", 1)[1]: v["probe_mean"] for k, v in metrics.items()
-                                            if k.startswith(name + "/")}))
-    return outcome(checks, metrics, curves, scope="exact" if cfg.datasets != ("fashion_mnist",) and min(cfg.epochs) >= 100
-                   and cfg.seeds >= 4 and cfg.siamese.width == 1 else "reduced")
+        checks.update(
+            siamese_checks(
+                name, {k.split("/", 1)[1]: v["probe_mean"] for k, v in metrics.items() if k.startswith(name + "/")}
+            )
+        )
+    return outcome(
+        checks,
+        metrics,
+        curves,
+        scope="exact"
+        if cfg.datasets != ("fashion_mnist",) and min(cfg.epochs) >= 100 and cfg.seeds >= 4 and cfg.siamese.width == 1
+        else "reduced",
+    )
 
 
 TAB1_PRESETS = {
-    "smoke": {"epochs": (1,), "siamese.warmup_epochs": 0, "train_subset": 512, "test_subset": 256,
-              "siamese.width": 0.125, "siamese.projector_hidden": 64, "siamese.projector_dim": 16,
-              "siamese.batch_size": 128, "bench_dims": (16, 64)},
+    "smoke": {
+        "epochs": (1,),
+        "siamese.warmup_epochs": 0,
+        "train_subset": 512,
+        "test_subset": 256,
+        "siamese.width": 0.125,
+        "siamese.projector_hidden": 64,
+        "siamese.projector_dim": 16,
+        "siamese.batch_size": 128,
+        "bench_dims": (16, 64),
+    },
     "cpu": {},
-    "gpu": {"epochs": (100,), "siamese.warmup_epochs": 10, "seeds": 2, "train_subset": 0, "test_subset": 0,
-            "siamese.width": 1.0, "siamese.projector_hidden": 4096, "siamese.projector_dim": 256},
-    "paper": {"datasets": ("cifar10", "stl10"), "epochs": (800, 100), "siamese.warmup_epochs": 10, "seeds": 4,
-              "train_subset": 0, "test_subset": 0, "siamese.width": 1.0, "siamese.projector_hidden": 4096,
-              "siamese.projector_dim": 256, "siamese.crop_scale_min": 0.08},
+    "gpu": {
+        "epochs": (100,),
+        "siamese.warmup_epochs": 10,
+        "seeds": 2,
+        "train_subset": 0,
+        "test_subset": 0,
+        "siamese.width": 1.0,
+        "siamese.projector_hidden": 4096,
+        "siamese.projector_dim": 256,
+    },
+    "paper": {
+        "datasets": ("cifar10", "stl10"),
+        "epochs": (800, 100),
+        "siamese.warmup_epochs": 10,
+        "seeds": 4,
+        "train_subset": 0,
+        "test_subset": 0,
+        "siamese.width": 1.0,
+        "siamese.projector_hidden": 4096,
+        "siamese.projector_dim": 256,
+        "siamese.crop_scale_min": 0.08,
+    },
 }
-TAB1_CHOICES = {"projector": "one hidden layer; 4096 -> 256 as in the authors' later code (gpu, paper); 512 -> 64 at cpu",
-                "optimiser": "SGD momentum 0.9, lr 0.1 at batch 256, weight decay 1e-5, warm-up + cosine (authors' configs)",
-                "losses": "cosine forms (the authors' public code): 2 - 2 cos(W_P z1, SG(z2)) and its IsoLoss",
-                "accuracy": "linear probe (L-BFGS on frozen, standardised features) on the test split; the online readout is also reported",
-                "crop": "random resized crop scale (0.2, 1) at cpu/gpu, SimCLR's (0.08, 1) at paper"}
+TAB1_CHOICES = {
+    "projector": "one hidden layer; 4096 -> 256 as in the authors' later code (gpu, paper); 512 -> 64 at cpu",
+    "optimiser": "SGD momentum 0.9, lr 0.1 at batch 256, weight decay 1e-5, warm-up + cosine (authors' configs)",
+    "losses": "cosine forms (the authors' public code): 2 - 2 cos(W_P z1, SG(z2)) and its IsoLoss",
+    "accuracy": "linear probe (L-BFGS on frozen, standardised features) on the test split; "
+    "the online readout is also reported",
+    "crop": "random resized crop scale (0.2, 1) at cpu/gpu, SimCLR's (0.08, 1) at paper",
+}
 
 EXPERIMENTS = [
-    Experiment("isoloss.tab1", deep_siamese, DeepSiameseConfig, TAB1_PRESETS, TAB1_VERSION, NB_DEEP, uses_accelerator=True,
-               note="cpu/gpu presets on Fashion-MNIST (the paper: CIFAR-10 and STL-10); cpu also with a narrower VGG11, "
-                    "a 10,000-image subset, few epochs and one seed", choices=TAB1_CHOICES),
+    Experiment(
+        "isoloss.tab1",
+        deep_siamese,
+        DeepSiameseConfig,
+        TAB1_PRESETS,
+        TAB1_VERSION,
+        NB_DEEP,
+        uses_accelerator=True,
+        note="cpu/gpu presets on Fashion-MNIST (the paper: CIFAR-10 and STL-10); cpu also with a narrower VGG11, "
+        "a 10,000-image subset, few epochs and one seed",
+        choices=TAB1_CHOICES,
+    ),
 ]

@@ -17,6 +17,7 @@ NB_TOY = "notebooks/isoloss/02_toy_dynamics.ipynb"
 
 # --- Figures 2-3: the toy dynamics ---------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ToyConfig(Config):
     """Protocol of the authors' toy code (PROTOCOLS.md): α = 1, σ = 0.1, lr 1e-2, 1,500 steps, 50,000
@@ -45,7 +46,18 @@ class ToyConfig(Config):
     def validate(self) -> None:
         super().validate()
         require(self, "activation", self.activation in ("linear", "relu"), "must be 'linear' or 'relu'")
-        for name in ("N", "M", "field_N", "field_M", "steps", "samples", "pool", "tracked", "field_points", "field_steps"):
+        for name in (
+            "N",
+            "M",
+            "field_N",
+            "field_M",
+            "steps",
+            "samples",
+            "pool",
+            "tracked",
+            "field_points",
+            "field_steps",
+        ):
             require(self, name, getattr(self, name) >= 1, "must be >= 1")
         require(self, "M", self.M <= self.N, "must be <= N")
         require(self, "field_M", self.field_M == 2, "must be 2 (the update panels are planar)")
@@ -69,12 +81,30 @@ def _toy_runs(cfg: ToyConfig) -> dict:
     arrows_at = torch.randn(cfg.field_points, cfg.field_N, generator=gen, dtype=torch.float64)
     runs = {}
     for loss in LOSS_NAMES:
-        common = dict(loss=loss, lr=cfg.lr, sigma=cfg.sigma, samples=cfg.samples, alpha=cfg.alpha,
-                      activation=cfg.activation, cap=cfg.cap)
-        eig = simulate(W0, steps=cfg.steps, generator=torch.Generator().manual_seed(cfg.seed + 1),
-                       desc=f"{cfg.activation} {loss} (N={cfg.N}, M={cfg.M})", **common)
-        field = simulate(W0_field, steps=cfg.steps, generator=torch.Generator().manual_seed(cfg.seed + 2),
-                         tracked=torch.cat([tracked, arrows_at]), desc=f"{cfg.activation} {loss} (M=2)", **common)
+        common = dict(
+            loss=loss,
+            lr=cfg.lr,
+            sigma=cfg.sigma,
+            samples=cfg.samples,
+            alpha=cfg.alpha,
+            activation=cfg.activation,
+            cap=cfg.cap,
+        )
+        eig = simulate(
+            W0,
+            steps=cfg.steps,
+            generator=torch.Generator().manual_seed(cfg.seed + 1),
+            desc=f"{cfg.activation} {loss} (N={cfg.N}, M={cfg.M})",
+            **common,
+        )
+        field = simulate(
+            W0_field,
+            steps=cfg.steps,
+            generator=torch.Generator().manual_seed(cfg.seed + 2),
+            tracked=torch.cat([tracked, arrows_at]),
+            desc=f"{cfg.activation} {loss} (M=2)",
+            **common,
+        )
         runs[loss] = (eig, field)
     return runs
 
@@ -100,8 +130,10 @@ def _raise_if_diverged(cfg: ToyConfig, runs: dict) -> None:
     for loss, (eig, field) in runs.items():
         for name, run in (("eigenvalue", eig), ("update-field", field)):
             if loss != "ws" and run.diverged_at is not None:
-                raise DivergenceError(f"the {name} run of {loss} diverged at step {run.diverged_at} (an eigenvalue "
-                                      f"passed {cfg.cap:g}); lower lr")
+                raise DivergenceError(
+                    f"the {name} run of {loss} diverged at step {run.diverged_at} (an eigenvalue "
+                    f"passed {cfg.cap:g}); lower lr"
+                )
 
 
 def toy_dynamics(cfg: ToyConfig, device) -> dict:
@@ -119,8 +151,8 @@ def toy_dynamics(cfg: ToyConfig, device) -> dict:
     for loss, (eig, field) in runs.items():
         curves[f"{loss}_eigenvalues"] = _nan_to_none(eig.eigenvalues[keep].T)
         traj = field.trajectories
-        curves[f"{loss}_trajectories"] = _nan_to_none(traj[keep, :cfg.tracked].permute(1, 2, 0))  # (tracked, 2, t)
-        start, later = traj[0, cfg.tracked:], traj[min(cfg.field_steps, _last_finite(traj))][cfg.tracked:]
+        curves[f"{loss}_trajectories"] = _nan_to_none(traj[keep, : cfg.tracked].permute(1, 2, 0))  # (tracked, 2, t)
+        start, later = traj[0, cfg.tracked :], traj[min(cfg.field_steps, _last_finite(traj))][cfg.tracked :]
         curves[f"{loss}_field"] = {"z": start.tolist(), "dz": (later - start).tolist()}
         metrics[f"{loss}_diverged_at"] = eig.diverged_at
         metrics[f"{loss}_final_eigenvalues"] = eig.eigenvalues[_last_finite(eig.eigenvalues)].tolist()
@@ -144,8 +176,11 @@ def _last_finite(values: torch.Tensor) -> int:
 
 
 def _nan_to_none(t: torch.Tensor):
-    return [[None if v != v else v for v in row] for row in t.reshape(t.shape[0], -1).tolist()] if t.dim() == 2 \
+    return (
+        [[None if v != v else v for v in row] for row in t.reshape(t.shape[0], -1).tolist()]
+        if t.dim() == 2
         else [_nan_to_none(s) for s in t]
+    )
 
 
 def _toy_checks(lam: dict, ws_diverged_at: int | None, star: float, kappa: float, cap: float) -> dict[str, dict]:
@@ -161,29 +196,48 @@ def _toy_checks(lam: dict, ws_diverged_at: int | None, star: float, kappa: float
     above, below = lam0 > kappa * 1.05, lam0 < kappa / 1.05
     ws_up = bool((ws[last][above] > lam0[above]).all()) and bool(above.any())
     ws_down = bool((ws[last][below] < lam0[below]).all())
-    closer = ((end["L"] - star).abs() < (lam0 - star).abs())
+    closer = (end["L"] - star).abs() < (lam0 - star).abs()
     iso_gap = float(((end["iso"] - star).abs() / star).max())
     t_l, t_iso = _steps_to_band(lam["L"], star, 0.05), _steps_to_band(lam["iso"], star, 0.05)
     slowest = lambda ts: float("inf") if None in ts else max(ts)
     spread = lambda ts: float("inf") if None in ts else max(ts) - min(ts)
     return {
-        "noSG_collapses": check(no_sg < 0.05, no_sg, "max eigenvalue at the end / max at the start < 0.05",
-                                "(a) without the stop-grad every eigenvalue decays: collapse"),
-        "ws_diverges_above_1": check(ws_up and ws_diverged_at is not None, {"diverged_at": ws_diverged_at, "all_above_grew": ws_up},
-                                     f"modes starting above (1+sigma^2)*1.05 grow and one exceeds {cap:g}",
-                                     "(b) stop-grad on the wrong side: modes with lambda > 1 diverge"),
-        "ws_collapses_below_1": check(ws_down, [float(v) for v in ws[last][below]],
-                                      "modes starting below (1+sigma^2)/1.05 have shrunk when the run stops",
-                                      "(b) stop-grad on the wrong side: modes with lambda < 1 collapse"),
-        "L_moves_every_mode_to_fixed_point": check(bool(closer.all()), end["L"].tolist(),
-                                                   f"|lambda_T - {star:.4f}| < |lambda_0 - {star:.4f}| for every mode",
-                                                   "(c) L drives every eigenvalue towards one, none collapses"),
-        "iso_converges": check(iso_gap < 0.05, iso_gap, f"max_m |lambda_T - {star:.4f}| / {star:.4f} < 0.05",
-                               "(d) L_iso drives every eigenvalue to one"),
-        "iso_more_uniform": check(spread(t_iso) < spread(t_l) and slowest(t_iso) < slowest(t_l),
-                                  {"L": t_l, "iso": t_iso},
-                                  "spread and maximum over modes of the steps to stay within 5% of the fixed point: iso < L",
-                                  "(d) IsoLoss converges at more uniform rates than L"),
+        "noSG_collapses": check(
+            no_sg < 0.05,
+            no_sg,
+            "max eigenvalue at the end / max at the start < 0.05",
+            "(a) without the stop-grad every eigenvalue decays: collapse",
+        ),
+        "ws_diverges_above_1": check(
+            ws_up and ws_diverged_at is not None,
+            {"diverged_at": ws_diverged_at, "all_above_grew": ws_up},
+            f"modes starting above (1+sigma^2)*1.05 grow and one exceeds {cap:g}",
+            "(b) stop-grad on the wrong side: modes with lambda > 1 diverge",
+        ),
+        "ws_collapses_below_1": check(
+            ws_down,
+            [float(v) for v in ws[last][below]],
+            "modes starting below (1+sigma^2)/1.05 have shrunk when the run stops",
+            "(b) stop-grad on the wrong side: modes with lambda < 1 collapse",
+        ),
+        "L_moves_every_mode_to_fixed_point": check(
+            bool(closer.all()),
+            end["L"].tolist(),
+            f"|lambda_T - {star:.4f}| < |lambda_0 - {star:.4f}| for every mode",
+            "(c) L drives every eigenvalue towards one, none collapses",
+        ),
+        "iso_converges": check(
+            iso_gap < 0.05,
+            iso_gap,
+            f"max_m |lambda_T - {star:.4f}| / {star:.4f} < 0.05",
+            "(d) L_iso drives every eigenvalue to one",
+        ),
+        "iso_more_uniform": check(
+            spread(t_iso) < spread(t_l) and slowest(t_iso) < slowest(t_l),
+            {"L": t_l, "iso": t_iso},
+            "spread and maximum over modes of the steps to stay within 5% of the fixed point: iso < L",
+            "(d) IsoLoss converges at more uniform rates than L",
+        ),
     }
 
 
@@ -205,22 +259,42 @@ def _prediction_checks(gaps: dict[str, float], samples: int) -> dict[str, dict]:
     `gaps`: per loss, the largest relative gap (`_prediction_gaps`); samples: fresh samples per step."""
     worst = max(gaps.values())
     tol = 0.1 if samples >= 20_000 else 0.25
-    return {"simulation_matches_eq5_8": check(worst < tol, gaps,
-                                              f"max over time and modes of |lambda_sim - lambda_pred| / max(lambda_pred, 0.05) < {tol}",
-                                              "the eigenvalues follow the decoupled dynamics of Eq. 5-8 (linear network)")}
+    return {
+        "simulation_matches_eq5_8": check(
+            worst < tol,
+            gaps,
+            f"max over time and modes of |lambda_sim - lambda_pred| / max(lambda_pred, 0.05) < {tol}",
+            "the eigenvalues follow the decoupled dynamics of Eq. 5-8 (linear network)",
+        )
+    }
 
 
-
-TOY_SMOKE = {"steps": 300, "lr": 5e-2, "samples": 4000, "pool": 500, "field_points": 40, "field_steps": 20,
-             "record_every": 5}
-TOY_CHOICES = {"arrows": "update panels: displacement of 150 random inputs over the first 100 steps (arrows) and "
-                         "the trajectories of the 20 highest-norm of 5,000 inputs (the paper does not say how its arrows are made)",
-               "divergence": "a run stops when an eigenvalue exceeds 1e6 (L_ws diverges in finite time)",
-               "views": "both views are noisy, x + 0.1 eps and x + 0.1 eps' (PROTOCOLS.md), so L and L_iso settle at "
-                        "lambda* = 1/(1 + sigma^2) = 0.990 rather than exactly 1",
-               "samples": "float32 samples, float64 weights and eigenvalues"}
+TOY_SMOKE = {
+    "steps": 300,
+    "lr": 5e-2,
+    "samples": 4000,
+    "pool": 500,
+    "field_points": 40,
+    "field_steps": 20,
+    "record_every": 5,
+}
+TOY_CHOICES = {
+    "arrows": "update panels: displacement of 150 random inputs over the first 100 steps (arrows) and "
+    "the trajectories of the 20 highest-norm of 5,000 inputs (the paper does not say how its arrows are made)",
+    "divergence": "a run stops when an eigenvalue exceeds 1e6 (L_ws diverges in finite time)",
+    "views": "both views are noisy, x + 0.1 eps and x + 0.1 eps' (PROTOCOLS.md), so L and L_iso settle at "
+    "lambda* = 1/(1 + sigma^2) = 0.990 rather than exactly 1",
+    "samples": "float32 samples, float64 weights and eigenvalues",
+}
 EXPERIMENTS = [
     Experiment("isoloss.fig2", toy_dynamics, ToyConfig, same_as_cpu({}, TOY_SMOKE), 1, NB_TOY, choices=TOY_CHOICES),
-    Experiment("isoloss.fig3", toy_dynamics, ToyConfig,
-               same_as_cpu({"activation": "relu"}, {**TOY_SMOKE, "activation": "relu"}), 1, NB_TOY, choices=TOY_CHOICES),
+    Experiment(
+        "isoloss.fig3",
+        toy_dynamics,
+        ToyConfig,
+        same_as_cpu({"activation": "relu"}, {**TOY_SMOKE, "activation": "relu"}),
+        1,
+        NB_TOY,
+        choices=TOY_CHOICES,
+    ),
 ]

@@ -10,6 +10,7 @@ import torch
 from gradalign.config import Config, require
 from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
 
+
 @dataclass(frozen=True)
 class GradientCheckConfig(Config):
     m: int = 6
@@ -36,38 +37,61 @@ def algorithm1(cfg: GradientCheckConfig, device) -> dict:
     return outcome(checks, {**linear["metrics"], **classification["metrics"]}, classification["curves"])
 
 
-def algorithm1_classification_checks(rel_gap: float, bn_moved: float, pass_moved: float, cost_ratio: float,
-                                     imputed_accuracy: float) -> dict[str, dict]:
+def algorithm1_classification_checks(
+    rel_gap: float, bn_moved: float, pass_moved: float, cost_ratio: float, imputed_accuracy: float
+) -> dict[str, dict]:
     """The classification form's checks: JVP against double backward (relative gap), the largest move of a BN
     running statistic by the JVP and by the ordinary pass, LGA's step cost over Pseudo-Label's, and the final
     accuracy of the imputed labels of the worked example."""
     return {
-        "jvp_matches_double_backward": check(rel_gap < 1e-9, rel_gap, "max |JVP - double backward| / max |ref| < 1e-9 (float64)",
-                                             "the w-gradient (2/B) J u of one forward-mode JVP equals autograd's double backward"),
-        "jvp_leaves_bn_statistics": check(bn_moved == 0.0 and pass_moved > 0, {"jvp": bn_moved, "g_u pass": pass_moved},
-                                          "the JVP moves no BN running statistic (the ordinary pass does)",
-                                          "the JVP pass must not change BatchNorm running statistics"),
-        "lga_step_cost": check(cost_ratio <= 1.6, cost_ratio,
-                               "median LGA step / median Pseudo-Label step <= 1.6 (CPU)",
-                               "an LGA step costs at most 1.6 Pseudo-Label steps (the issue's target)"),
-        "imputed_labels_learn": check(imputed_accuracy > 0.4, imputed_accuracy,
-                                      "accuracy of argmax f(w) on the unlabeled points > 0.4 (chance 0.2)",
-                                      "Algorithm 1 imputes informative labels for the unlabeled data"),
+        "jvp_matches_double_backward": check(
+            rel_gap < 1e-9,
+            rel_gap,
+            "max |JVP - double backward| / max |ref| < 1e-9 (float64)",
+            "the w-gradient (2/B) J u of one forward-mode JVP equals autograd's double backward",
+        ),
+        "jvp_leaves_bn_statistics": check(
+            bn_moved == 0.0 and pass_moved > 0,
+            {"jvp": bn_moved, "g_u pass": pass_moved},
+            "the JVP moves no BN running statistic (the ordinary pass does)",
+            "the JVP pass must not change BatchNorm running statistics",
+        ),
+        "lga_step_cost": check(
+            cost_ratio <= 1.6,
+            cost_ratio,
+            "median LGA step / median Pseudo-Label step <= 1.6 (CPU)",
+            "an LGA step costs at most 1.6 Pseudo-Label steps (the issue's target)",
+        ),
+        "imputed_labels_learn": check(
+            imputed_accuracy > 0.4,
+            imputed_accuracy,
+            "accuracy of argmax f(w) on the unlabeled points > 0.4 (chance 0.2)",
+            "Algorithm 1 imputes informative labels for the unlabeled data",
+        ),
     }
 
 
 def algorithm1_linear_checks(grad_gap: float, label_gap: float, eq25_gap: float, invariance: float) -> dict[str, dict]:
     """The linear form's checks from the measured gaps to autograd and the change under parameter rescaling."""
     return {
-        "label_gradients_match_autograd": check(grad_gap < 1e-12, grad_gap, "max |g_l - g_u (Eq. 15-16) - autograd| < 1e-12",
-                                                "Eq. 15-16"),
+        "label_gradients_match_autograd": check(
+            grad_gap < 1e-12, grad_gap, "max |g_l - g_u (Eq. 15-16) - autograd| < 1e-12", "Eq. 15-16"
+        ),
         "imputed_label_gradient_matches_double_backward": check(
-            label_gap < 1e-10, label_gap, "max |Eq. 25 with eps_norm - double backward| < 1e-10",
-            "the w-gradient of the normalized distance, stop-gradient in the normalizer (Eq. 22-25)"),
-        "eq25_without_eps_matches_autograd": check(eq25_gap < 1e-10, eq25_gap, "relative gap < 1e-10", "Eq. 25 as printed"),
-        "invariant_to_parameter_scaling": check(invariance < 1e-8, invariance,
-                                                "relative change of the y_u-gradient under theta_k -> s_k theta_k < 1e-8",
-                                                "Eq. 2 makes the metric invariant to each parameter's scale"),
+            label_gap < 1e-10,
+            label_gap,
+            "max |Eq. 25 with eps_norm - double backward| < 1e-10",
+            "the w-gradient of the normalized distance, stop-gradient in the normalizer (Eq. 22-25)",
+        ),
+        "eq25_without_eps_matches_autograd": check(
+            eq25_gap < 1e-10, eq25_gap, "relative gap < 1e-10", "Eq. 25 as printed"
+        ),
+        "invariant_to_parameter_scaling": check(
+            invariance < 1e-8,
+            invariance,
+            "relative change of the y_u-gradient under theta_k -> s_k theta_k < 1e-8",
+            "Eq. 2 makes the metric invariant to each parameter's scale",
+        ),
     }
 
 
@@ -97,23 +121,34 @@ def algorithm1_classification(cfg: GradientCheckConfig, device) -> dict:
     pass_moved = max(float((v.double() - buffers[k].double()).abs().max()) for k, v in after_pass.items())
 
     # 2. Cost, measured in one run on this machine.
-    cost = measure_lga_cost("cpu", width=cfg.bench_width, repeats=cfg.bench_repeats,
-                            warmup=min(5, cfg.bench_repeats))
+    cost = measure_lga_cost("cpu", width=cfg.bench_width, repeats=cfg.bench_repeats, warmup=min(5, cfg.bench_repeats))
 
     # 3. Worked example: imputed labels on 2-D shells.
     data = make_shells(2, 100, cfg.example_unlabeled, 2000, seed=cfg.seed)
-    settings = ShellsTrialSettings(steps=cfg.example_steps, batch=50, eval_every=max(1, cfg.example_steps // 15),
-                             hessian_points=200, lanczos_iters=5)
+    settings = ShellsTrialSettings(
+        steps=cfg.example_steps,
+        batch=50,
+        eval_every=max(1, cfg.example_steps // 15),
+        hessian_points=200,
+        lanczos_iters=5,
+    )
     runs = {m: shells_trial(data, m, settings, cfg.seed) for m in ("supervised", "lga")}
     imputed = runs["lga"]["imputed_accuracy"]
-    checks = algorithm1_classification_checks(rel_gap, bn_moved, pass_moved, cost["lga_over_pseudo_label"],
-                                              imputed[-1])
-    metrics = {"jvp_rel_gap": rel_gap, "cost": cost,
-               "example": {m: {"test_accuracy": runs[m]["final_test_accuracy"][0],
-                               "test_loss": runs[m]["final_test_loss"][0]} for m in runs}}
-    curves = {"step": runs["lga"]["step"], "imputed_accuracy": imputed,
-              **{f"{m}/test_accuracy": runs[m]["test_accuracy"] for m in runs},
-              **{f"{m}/test_loss": runs[m]["test_loss"] for m in runs}}
+    checks = algorithm1_classification_checks(rel_gap, bn_moved, pass_moved, cost["lga_over_pseudo_label"], imputed[-1])
+    metrics = {
+        "jvp_rel_gap": rel_gap,
+        "cost": cost,
+        "example": {
+            m: {"test_accuracy": runs[m]["final_test_accuracy"][0], "test_loss": runs[m]["final_test_loss"][0]}
+            for m in runs
+        },
+    }
+    curves = {
+        "step": runs["lga"]["step"],
+        "imputed_accuracy": imputed,
+        **{f"{m}/test_accuracy": runs[m]["test_accuracy"] for m in runs},
+        **{f"{m}/test_loss": runs[m]["test_loss"] for m in runs},
+    }
     return outcome(checks, metrics, curves)
 
 
@@ -143,23 +178,38 @@ def algorithm1_linear(cfg: GradientCheckConfig, device) -> dict:
     eq25_gap = float((imputed_label_gradient(r, p.X_u, 0.0) - ref0).abs().max() / ref0.abs().max())
     # Eq. 2's claim: the metric is invariant to rescaling each parameter (as eps_norm -> 0).
     scale = 0.1 + 10 * torch.rand(cfg.m, generator=gen, dtype=torch.float64)
-    scaled = imputed_label_gradient(gradient_residual(theta * scale, y_u, type(p)(p.X_l / scale, p.y_l, p.X_u / scale)),
-                                    p.X_u / scale, 1e-14)
+    scaled = imputed_label_gradient(
+        gradient_residual(theta * scale, y_u, type(p)(p.X_l / scale, p.y_l, p.X_u / scale)), p.X_u / scale, 1e-14
+    )
     invariance = float(((scaled - imputed_label_gradient(r, p.X_u, 1e-14)).abs().max() / scaled.abs().max()))
     checks = algorithm1_linear_checks(grad_gap, label_gap, eq25_gap, invariance)
-    return outcome(checks, {"max_gap_eq15_16": grad_gap, "max_gap_eq25_eps": label_gap,
-                            "rel_gap_eq25": eq25_gap, "rel_change_rescaled": invariance})
+    return outcome(
+        checks,
+        {
+            "max_gap_eq15_16": grad_gap,
+            "max_gap_eq25_eps": label_gap,
+            "rel_gap_eq25": eq25_gap,
+            "rel_change_rescaled": invariance,
+        },
+    )
 
 
 EXPERIMENTS = [
-    Experiment("lga.alg1", algorithm1, GradientCheckConfig,
-               same_as_cpu({}, {"bench_width": 8, "bench_repeats": 3, "example_steps": 150, "example_unlabeled": 300}),
-               3, "notebooks/lga/02_algorithm1.ipynb",
-               note="the cost benchmark runs on the CPU whatever device is asked for; the GPU ratio needs "
-                    "`python benchmarks/lga_step.py --device cuda` on a GPU machine",
-               choices={"benchmark": "the training step of training.ssl for lga and pseudo_label on the SmallCNN "
-                                     "(3 conv + BN, widths 32/64/128), fixed batches of 50 + 50 images 32x32x3 "
-                                     "without augmentation, 50,000 rows of w; the CPU threads pinned by the run",
-                        "example": "2-D shells, 100 labels, 2,000 unlabeled points, 1,500 steps of 50 + 50, "
-                                   "alpha_w = 1e-2, T(i) = 1"}),
+    Experiment(
+        "lga.alg1",
+        algorithm1,
+        GradientCheckConfig,
+        same_as_cpu({}, {"bench_width": 8, "bench_repeats": 3, "example_steps": 150, "example_unlabeled": 300}),
+        3,
+        "notebooks/lga/02_algorithm1.ipynb",
+        note="the cost benchmark runs on the CPU whatever device is asked for; the GPU ratio needs "
+        "`python benchmarks/lga_step.py --device cuda` on a GPU machine",
+        choices={
+            "benchmark": "the training step of training.ssl for lga and pseudo_label on the SmallCNN "
+            "(3 conv + BN, widths 32/64/128), fixed batches of 50 + 50 images 32x32x3 "
+            "without augmentation, 50,000 rows of w; the CPU threads pinned by the run",
+            "example": "2-D shells, 100 labels, 2,000 unlabeled points, 1,500 steps of 50 + 50, "
+            "alpha_w = 1e-2, T(i) = 1",
+        },
+    ),
 ]

@@ -75,7 +75,7 @@ def first_passage(c: torch.Tensor, level: float) -> list[int | None]:
 def _monotone_faster(times: list, rows: int, cols: int) -> tuple[bool, bool]:
     """(faster in λ^u within each λ^ℓ row, faster in λ^ℓ within each λ^u column): strictly fewer steps."""
     big = float("inf")
-    grid = [[big if t is None else t for t in times[r * cols:(r + 1) * cols]] for r in range(rows)]
+    grid = [[big if t is None else t for t in times[r * cols : (r + 1) * cols]] for r in range(rows)]
     along_u = all(row[j + 1] < row[j] for row in grid for j in range(cols - 1))
     along_l = all(grid[r + 1][j] < grid[r][j] for r in range(rows - 1) for j in range(cols))
     return along_u, along_l
@@ -88,17 +88,26 @@ def figure1_checks(times: dict, rows: int, cols: int, c_final, c0) -> dict[str, 
     for level, steps in times.items():
         along_u, along_l = _monotone_faster(steps, rows, cols)
         checks[f"faster_in_lambda_u_{level}"] = check(
-            along_u, steps, f"steps to c = {level} strictly decrease with lambda^u at fixed lambda^l",
-            "c_{k,i} rises faster for larger lambda^u_i")
+            along_u,
+            steps,
+            f"steps to c = {level} strictly decrease with lambda^u at fixed lambda^l",
+            "c_{k,i} rises faster for larger lambda^u_i",
+        )
         checks[f"faster_in_lambda_l_{level}"] = check(
-            along_l, steps, f"steps to c = {level} strictly decrease with lambda^l at fixed lambda^u",
-            "c_{k,i} rises faster for larger lambda^l_i")
+            along_l,
+            steps,
+            f"steps to c = {level} strictly decrease with lambda^l at fixed lambda^u",
+            "c_{k,i} rises faster for larger lambda^l_i",
+        )
     c_final, c0 = torch.as_tensor(c_final), torch.as_tensor(c0)
     final_gap = float((c_final - 1).abs().max())
-    checks["converges_to_1"] = check(final_gap < 1e-2, final_gap, "max_i |c_{K,i} - 1| < 1e-2 at the last step",
-                                     "every curve converges to 1 (the supervised optimum)")
-    checks["starts_at_0"] = check(bool((c0 == 0).all()), float(c0.abs().max()), "c_{0,i} = 0",
-                                  "theta_0 = 0")
+    checks["converges_to_1"] = check(
+        final_gap < 1e-2,
+        final_gap,
+        "max_i |c_{K,i} - 1| < 1e-2 at the last step",
+        "every curve converges to 1 (the supervised optimum)",
+    )
+    checks["starts_at_0"] = check(bool((c0 == 0).all()), float(c0.abs().max()), "c_{0,i} = 0", "theta_0 = 0")
     return checks
 
 
@@ -129,14 +138,23 @@ def proposition1_checks(independence: float, rec_gap: float, sensitivity: float)
     """Proposition 1's checks from the measured largest gaps (float64)."""
     return {
         "independent_of_other_coordinates": check(
-            independence < 1e-9, independence, "max |c_i(changed lambda_j) - c_i| < 1e-9 (float64)",
-            "c_{k,i} does not depend on lambda^l_j, lambda^u_j for j != i"),
+            independence < 1e-9,
+            independence,
+            "max |c_i(changed lambda_j) - c_i| < 1e-9 (float64)",
+            "c_{k,i} does not depend on lambda^l_j, lambda^u_j for j != i",
+        ),
         "matches_per_coordinate_recurrence": check(
-            rec_gap < 1e-9, rec_gap, "max |c(full matrices) - c(recurrence)| < 1e-9",
-            "the scalar recurrence derived from Eq. 20 and 25 is exact"),
+            rec_gap < 1e-9,
+            rec_gap,
+            "max |c(full matrices) - c(recurrence)| < 1e-9",
+            "the scalar recurrence derived from Eq. 20 and 25 is exact",
+        ),
         "sensitive_to_own_lambda": check(
-            sensitivity > 1e-3, sensitivity, "doubling lambda^u_i changes c_i by > 1e-3",
-            "the comparison can detect a dependence"),
+            sensitivity > 1e-3,
+            sensitivity,
+            "doubling lambda^u_i changes c_i by > 1e-3",
+            "the comparison can detect a dependence",
+        ),
     }
 
 
@@ -154,13 +172,22 @@ def proposition1(cfg: Prop1Config, device) -> dict:
         redraw = lambda v: [x if keep[i] else float(0.1 + 4.9 * torch.rand(1, generator=gen)) for i, x in enumerate(v)]
         other = _c_curves(cfg, redraw(lam_l), redraw(lam_u), cfg.seed + 1 + parity)
         independence = max(independence, float((other[:, keep] - base[:, keep]).abs().max()))
-    recurrence = diagonal_recurrence(lam_l, lam_u, cfg.b, cfg.n_u, cfg.steps, cfg.alpha_theta, cfg.alpha_w, cfg.eps_norm)
+    recurrence = diagonal_recurrence(
+        lam_l, lam_u, cfg.b, cfg.n_u, cfg.steps, cfg.alpha_theta, cfg.alpha_w, cfg.eps_norm
+    )
     rec_gap = float((recurrence - base).abs().max())
     own = _c_curves(cfg, lam_l, [2 * v for v in lam_u], cfg.seed)  # changing λ_i itself must matter
     sensitivity = float((own - base).abs().max())
     checks = proposition1_checks(independence, rec_gap, sensitivity)
-    return outcome(checks, {"coordinates": m, "max_diff_independence": independence,
-                            "max_diff_recurrence": rec_gap, "max_diff_own_lambda": sensitivity})
+    return outcome(
+        checks,
+        {
+            "coordinates": m,
+            "max_diff_independence": independence,
+            "max_diff_recurrence": rec_gap,
+            "max_diff_own_lambda": sensitivity,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -183,11 +210,18 @@ class FixedPointConfig(LinearLGAConfig):
 def propositions2_3_checks(fixed_gap: float, worst: float, tolerance: float) -> dict[str, dict]:
     """Propositions 2-3's checks: the move of one step from the optimum, the worst final relative error."""
     return {
-        "optimum_is_fixed_point": check(fixed_gap < 1e-12, fixed_gap, "one LGA step from (theta*, X_u theta*) moves < 1e-12",
-                                        "the supervised optimum is a fixed point of LGA"),
+        "optimum_is_fixed_point": check(
+            fixed_gap < 1e-12,
+            fixed_gap,
+            "one LGA step from (theta*, X_u theta*) moves < 1e-12",
+            "the supervised optimum is a fixed point of LGA",
+        ),
         "converges_to_supervised_optimum": check(
-            worst < tolerance, worst, f"max over runs of |theta_K - theta*| / |theta*| < {tolerance:g}",
-            "every run converges to the supervised optimum (Propositions 2-3)"),
+            worst < tolerance,
+            worst,
+            f"max over runs of |theta_K - theta*| / |theta*| < {tolerance:g}",
+            "every run converges to the supervised optimum (Propositions 2-3)",
+        ),
     }
 
 
@@ -198,8 +232,10 @@ def propositions2_3(cfg: FixedPointConfig, device) -> dict:
 
     gen = torch.Generator().manual_seed(cfg.seed)
     spectrum = (0.5 + 2 * torch.rand(2, cfg.m, generator=gen, dtype=torch.float64)).tolist()
-    problems = {"correlated": gaussian_problem(cfg.m, cfg.n_l, cfg.n_u, seed=cfg.seed),
-                "diagonal": diagonal_problem(spectrum[0], spectrum[1], 1.0, cfg.n_l, cfg.n_u, seed=cfg.seed)}
+    problems = {
+        "correlated": gaussian_problem(cfg.m, cfg.n_l, cfg.n_u, seed=cfg.seed),
+        "diagonal": diagonal_problem(spectrum[0], spectrum[1], 1.0, cfg.n_l, cfg.n_u, seed=cfg.seed),
+    }
     metrics, curves, worst, fixed_gap = {}, {}, 0.0, 0.0
     for name, problem in problems.items():
         opt = problem.supervised_optimum()
@@ -207,13 +243,21 @@ def propositions2_3(cfg: FixedPointConfig, device) -> dict:
         moved = lga_step(star, problem, cfg.alpha_theta, cfg.alpha_w, cfg.eps_norm)
         fixed_gap = max(fixed_gap, float((moved.theta - opt).abs().max()), float((moved.y_u - star.y_u).abs().max()))
         for i in range(cfg.inits):
-            state = None if i == 0 else LGAState(torch.randn(cfg.m, generator=gen, dtype=torch.float64),
-                                                 torch.randn(cfg.n_u, generator=gen, dtype=torch.float64))
+            state = (
+                None
+                if i == 0
+                else LGAState(
+                    torch.randn(cfg.m, generator=gen, dtype=torch.float64),
+                    torch.randn(cfg.n_u, generator=gen, dtype=torch.float64),
+                )
+            )
             out = run_lga(problem, cfg.steps, cfg.alpha_theta, cfg.alpha_w, cfg.eps_norm, cfg.record_every, state=state)
-            rel = ((out["theta"] - opt).norm(dim=1) / opt.norm())
+            rel = (out["theta"] - opt).norm(dim=1) / opt.norm()
             end = out["state"]
-            metrics[f"{name}_init{i}"] = {"rel_error": float(rel[-1]),
-                                          "residual_norm": float(gradient_residual(end.theta, end.y_u, problem).norm())}
+            metrics[f"{name}_init{i}"] = {
+                "rel_error": float(rel[-1]),
+                "residual_norm": float(gradient_residual(end.theta, end.y_u, problem).norm()),
+            }
             curves[f"{name}_init{i}"] = rel.tolist()
             worst = max(worst, float(rel[-1]))
     curves["step"] = out["steps"].tolist()
@@ -224,14 +268,49 @@ def propositions2_3(cfg: FixedPointConfig, device) -> dict:
 SMOKE_GRID = {"lambda_l": (0.5, 2.0), "lambda_u": (0.5, 2.0), "n_l": 5, "n_u": 4, "steps": 20_000, "record_every": 40}
 
 EXPERIMENTS = [
-    Experiment("lga.prop1", proposition1, Prop1Config,
-               same_as_cpu({}, {"lambda_l": (0.5, 2.0), "lambda_u": (0.5, 2.0), "n_l": 5, "n_u": 4,
-                                 "steps": 2_000, "record_every": 40}), 1, NOTEBOOK),
-    Experiment("lga.fig1", figure1, LinearLGAConfig, same_as_cpu({}, SMOKE_GRID), 1, NOTEBOOK,
-               choices={"grid": "lambda^l, lambda^u in {0.25, 0.5, 1, 2, 4} (the paper does not state its grid)",
-                        "n_u": "32 unlabeled points (not stated; it scales the imputed-label step as alpha_w lambda^u / n_u)",
-                        "b": "(1/n_l) X_l^T y_l = 1 in every coordinate", "steps": "100,000 (long enough for every curve to reach 1)"}),
-    Experiment("lga.prop2-3", propositions2_3, FixedPointConfig,
-               same_as_cpu({}, {"m": 2, "n_l": 20, "n_u": 20, "steps": 5_000, "inits": 2, "record_every": 100,
-                                 "alpha_theta": 1e-2, "alpha_w": 1e-2, "eps_norm": 1e-2}), 1, NOTEBOOK),
+    Experiment(
+        "lga.prop1",
+        proposition1,
+        Prop1Config,
+        same_as_cpu(
+            {}, {"lambda_l": (0.5, 2.0), "lambda_u": (0.5, 2.0), "n_l": 5, "n_u": 4, "steps": 2_000, "record_every": 40}
+        ),
+        1,
+        NOTEBOOK,
+    ),
+    Experiment(
+        "lga.fig1",
+        figure1,
+        LinearLGAConfig,
+        same_as_cpu({}, SMOKE_GRID),
+        1,
+        NOTEBOOK,
+        choices={
+            "grid": "lambda^l, lambda^u in {0.25, 0.5, 1, 2, 4} (the paper does not state its grid)",
+            "n_u": "32 unlabeled points (not stated; it scales the imputed-label step as alpha_w lambda^u / n_u)",
+            "b": "(1/n_l) X_l^T y_l = 1 in every coordinate",
+            "steps": "100,000 (long enough for every curve to reach 1)",
+        },
+    ),
+    Experiment(
+        "lga.prop2-3",
+        propositions2_3,
+        FixedPointConfig,
+        same_as_cpu(
+            {},
+            {
+                "m": 2,
+                "n_l": 20,
+                "n_u": 20,
+                "steps": 5_000,
+                "inits": 2,
+                "record_every": 100,
+                "alpha_theta": 1e-2,
+                "alpha_w": 1e-2,
+                "eps_norm": 1e-2,
+            },
+        ),
+        1,
+        NOTEBOOK,
+    ),
 ]

@@ -31,16 +31,27 @@ class ShellsPlotConfig(Config):
         require(self, "n", self.n >= 5, "must be >= 5")
 
 
-def shells_figure_checks(outside: int, counts: list[int], n: int, both: list[bool], mixed: list[int]) -> dict[str, dict]:
+def shells_figure_checks(
+    outside: int, counts: list[int], n: int, both: list[bool], mixed: list[int]
+) -> dict[str, dict]:
     """Figure 2's checks: points outside their class's radii, points per class (of n), whether both neighbouring
     classes lie within 0.25 of each boundary r = 1, 2, ... and how many points do."""
     return {
-        "radii_follow_eq14": check(outside == 0, outside, "points outside their class's radii = 0",
-                                   "each class c lies at the radii Eq. 14 gives it"),
-        "classes_balanced": check(min(counts) > 0.8 * n / len(counts), counts, "every class > 80% of n/5",
-                                  "c ~ Discrete(1, ..., 5)"),
-        "boundaries_in_dense_regions": check(all(both), mixed, "both neighbours present within 0.25 of r = 1, 2, 3, 4",
-                                             "the optimal decision boundaries pass through regions of high density"),
+        "radii_follow_eq14": check(
+            outside == 0,
+            outside,
+            "points outside their class's radii = 0",
+            "each class c lies at the radii Eq. 14 gives it",
+        ),
+        "classes_balanced": check(
+            min(counts) > 0.8 * n / len(counts), counts, "every class > 80% of n/5", "c ~ Discrete(1, ..., 5)"
+        ),
+        "boundaries_in_dense_regions": check(
+            all(both),
+            mixed,
+            "both neighbours present within 0.25 of r = 1, 2, 3, 4",
+            "the optimal decision boundaries pass through regions of high density",
+        ),
     }
 
 
@@ -60,8 +71,10 @@ def shells_figure(cfg: ShellsPlotConfig, device) -> dict:
     counts = torch.bincount(y, minlength=N_CLASSES).tolist()
     # each boundary r = 1..4 has both neighbouring classes within 0.25 of it: the boundary crosses dense regions
     mixed = [int(((r - k).abs() <= 0.25).sum()) for k in range(1, N_CLASSES)]
-    both = [bool(((y == k - 1) & ((r - k).abs() <= 0.25)).any() and ((y == k) & ((r - k).abs() <= 0.25)).any())
-            for k in range(1, N_CLASSES)]
+    both = [
+        bool(((y == k - 1) & ((r - k).abs() <= 0.25)).any() and ((y == k) & ((r - k).abs() <= 0.25)).any())
+        for k in range(1, N_CLASSES)
+    ]
     checks = shells_figure_checks(int((~allowed).sum()), counts, cfg.n, both, mixed)
     curves = {"x": x[:, :2].tolist(), "y": y.tolist()}
     return outcome(checks, {"class_counts": counts, "points_near_boundaries": mixed}, curves)
@@ -90,8 +103,14 @@ def _trial(cfg: ShellsStudyConfig, k: int) -> dict:
     from gradalign.training.shells import shells_trial
 
     seed = cfg.seed + k
-    spec = {"d": cfg.d, "n": cfg.n, "n_unlabeled": cfg.unlabeled_factor * cfg.n, "n_test": cfg.n_test, "seed": seed,
-            "trial": cfg.trial.to_dict()}
+    spec = {
+        "d": cfg.d,
+        "n": cfg.n,
+        "n_unlabeled": cfg.unlabeled_factor * cfg.n,
+        "n_test": cfg.n_test,
+        "seed": seed,
+        "trial": cfg.trial.to_dict(),
+    }
 
     def train(_checkpoint) -> dict:
         data = make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
@@ -118,7 +137,9 @@ def shells_study(cfg: ShellsStudyConfig) -> tuple[dict, dict]:
                 continue
             mean, std = _mean_std([t[method][name] for t in trials])
             curves[f"{method}/{name}/mean"], curves[f"{method}/{name}/std"] = mean, std
-        finals[method] = {name: [t[method][name][0] for t in trials] for name in ("final_test_accuracy", "final_test_loss")}
+        finals[method] = {
+            name: [t[method][name][0] for t in trials] for name in ("final_test_accuracy", "final_test_loss")
+        }
     return curves, finals
 
 
@@ -130,12 +151,18 @@ def figure3_checks(mean_alignment: dict, above: int, evaluations: int) -> dict[s
     """Figure 3's checks: the mean alignment over training per method ("lga", "supervised") and at how many of
     the evaluations after step 0 LGA's mean lies above supervised's."""
     return {
-        "lga_alignment_larger": check(mean_alignment["lga"] > mean_alignment["supervised"], mean_alignment,
-                                      "mean alignment over training (after step 0), LGA > supervised",
-                                      "the alignment is larger when using LGA compared to the supervised baseline"),
-        "lga_larger_most_of_training": check(above >= 0.75 * evaluations, f"{above} of {evaluations}",
-                                             "LGA's mean above supervised's at >= 75% of the evaluations",
-                                             "Figure 3: LGA's curve lies above the baseline's over training"),
+        "lga_alignment_larger": check(
+            mean_alignment["lga"] > mean_alignment["supervised"],
+            mean_alignment,
+            "mean alignment over training (after step 0), LGA > supervised",
+            "the alignment is larger when using LGA compared to the supervised baseline",
+        ),
+        "lga_larger_most_of_training": check(
+            above >= 0.75 * evaluations,
+            f"{above} of {evaluations}",
+            "LGA's mean above supervised's at >= 75% of the evaluations",
+            "Figure 3: LGA's curve lies above the baseline's over training",
+        ),
     }
 
 
@@ -147,8 +174,12 @@ def figure3(cfg: ShellsStudyConfig, device) -> dict:
     mean_lga = sum(lga[later]) / len(lga[later])
     mean_sup = sum(sup[later]) / len(sup[later])
     above = sum(a > b for a, b in zip(lga[later], sup[later]))
-    metrics = {"mean_alignment": {"lga": mean_lga, "supervised": mean_sup}, "steps_lga_above": above,
-               "evaluations": len(lga) - 1, "trials": cfg.trials}
+    metrics = {
+        "mean_alignment": {"lga": mean_lga, "supervised": mean_sup},
+        "steps_lga_above": above,
+        "evaluations": len(lga) - 1,
+        "trials": cfg.trials,
+    }
     checks = figure3_checks(metrics["mean_alignment"], above, len(lga) - 1)
     return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
 
@@ -156,17 +187,24 @@ def figure3(cfg: ShellsStudyConfig, device) -> dict:
 def figure4_checks(final_test_loss: dict, final_test_accuracy: dict, best_test_accuracy: dict) -> dict[str, dict]:
     """Figure 4's checks on the means over trials, each given per method ("lga", "supervised")."""
     return {
-        "lga_lower_test_loss": check(final_test_loss["lga"] < final_test_loss["supervised"],
-                                     final_test_loss, "mean final test loss, LGA < supervised",
-                                     "LGA improves the test loss over the supervised baseline"),
+        "lga_lower_test_loss": check(
+            final_test_loss["lga"] < final_test_loss["supervised"],
+            final_test_loss,
+            "mean final test loss, LGA < supervised",
+            "LGA improves the test loss over the supervised baseline",
+        ),
         "lga_higher_test_accuracy": check(
             final_test_accuracy["lga"] > final_test_accuracy["supervised"],
-            final_test_accuracy, "mean final test accuracy, LGA > supervised",
-            "LGA improves the test accuracy over the supervised baseline"),
+            final_test_accuracy,
+            "mean final test accuracy, LGA > supervised",
+            "LGA improves the test accuracy over the supervised baseline",
+        ),
         "lga_higher_best_accuracy": check(
             best_test_accuracy["lga"] > best_test_accuracy["supervised"],
-            best_test_accuracy, "best mean test accuracy over training, LGA > supervised",
-            "with early stopping (§3.1), LGA's best accuracy beats the baseline's"),
+            best_test_accuracy,
+            "best mean test accuracy over training, LGA > supervised",
+            "with early stopping (§3.1), LGA's best accuracy beats the baseline's",
+        ),
     }
 
 
@@ -176,7 +214,10 @@ def figure4(cfg: ShellsStudyConfig, device) -> dict:
     lga, sup = finals["lga"], finals["supervised"]
     mean = lambda v: sum(v) / len(v)  # noqa: E731
     metrics = {
-        "final_test_accuracy": {"lga": mean(lga["final_test_accuracy"]), "supervised": mean(sup["final_test_accuracy"])},
+        "final_test_accuracy": {
+            "lga": mean(lga["final_test_accuracy"]),
+            "supervised": mean(sup["final_test_accuracy"]),
+        },
         "final_test_loss": {"lga": mean(lga["final_test_loss"]), "supervised": mean(sup["final_test_loss"])},
         "best_test_accuracy": {m: max(curves[f"{m}/test_accuracy/mean"]) for m in ("lga", "supervised")},
         "best_test_loss": {m: min(curves[f"{m}/test_loss/mean"]) for m in ("lga", "supervised")},
@@ -188,8 +229,13 @@ def figure4(cfg: ShellsStudyConfig, device) -> dict:
     return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
 
 
-STUDY_SMOKE = {"d": 10, "n": 200, "n_test": 300, "trials": 2,
-               "trial": {"steps": 60, "eval_every": 20, "hessian_points": 300, "lanczos_iters": 8, "batch": 32}}
+STUDY_SMOKE = {
+    "d": 10,
+    "n": 200,
+    "n_test": 300,
+    "trials": 2,
+    "trial": {"steps": 60, "eval_every": 20, "hessian_points": 300, "lanczos_iters": 8, "batch": 32},
+}
 STUDY_PRESETS = {"smoke": STUDY_SMOKE, "cpu": {}, "gpu": {"trials": 25}, "paper": {"trials": 25}}
 SHARED_TRIALS = "the trials stored once for lga.fig3 and fig4 (run cache: lga.shells)"
 STUDY_CHOICES = {
@@ -201,8 +247,24 @@ STUDY_CHOICES = {
 
 EXPERIMENTS = [
     Experiment("lga.fig2", shells_figure, ShellsPlotConfig, same_as_cpu({}, {"n": 500}), 1, NOTEBOOK),
-    Experiment("lga.fig3", figure3, ShellsStudyConfig, STUDY_PRESETS, STUDY_VERSION, NOTEBOOK, choices=STUDY_CHOICES,
-               shares=SHARED_TRIALS),
-    Experiment("lga.fig4", figure4, ShellsStudyConfig, STUDY_PRESETS, STUDY_VERSION, NOTEBOOK, choices=STUDY_CHOICES,
-               shares=SHARED_TRIALS),
+    Experiment(
+        "lga.fig3",
+        figure3,
+        ShellsStudyConfig,
+        STUDY_PRESETS,
+        STUDY_VERSION,
+        NOTEBOOK,
+        choices=STUDY_CHOICES,
+        shares=SHARED_TRIALS,
+    ),
+    Experiment(
+        "lga.fig4",
+        figure4,
+        ShellsStudyConfig,
+        STUDY_PRESETS,
+        STUDY_VERSION,
+        NOTEBOOK,
+        choices=STUDY_CHOICES,
+        shares=SHARED_TRIALS,
+    ),
 ]
