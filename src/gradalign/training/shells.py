@@ -27,7 +27,6 @@ from gradalign.training import loop
 from gradalign.training.evaluate import classification_metrics
 from gradalign.training.streams import IndexStream
 
-METHODS = ("supervised", "lga")
 DIVERGED_LOSS = 100 * math.log(N_CLASSES)
 """A test loss above 100x that of a uniform guess counts as diverged (our choice): Adam's bounded steps keep
 a blown-up network finite, so a NaN check alone lets losses of 1e13 through."""
@@ -63,24 +62,14 @@ class ShellsRun:
         self.model = relu_mlp(data.x_labeled.shape[1], 128, 4, N_CLASSES).to(data.x_labeled.device)
         self.params = list(self.model.parameters())
         self.labeled = IndexStream(len(data.x_labeled), s.batch, seed)
-        if method == "lga":
-            self.unlabeled = IndexStream(len(data.x_unlabeled), s.batch, seed + 1)
-            settings = LGASettings(
-                alpha_theta=s.lr,
-                alpha_w=s.alpha_w,
-                eps_norm=s.eps_norm,
-                labeled_weight=ConstantWeight(s.labeled_weight),
-            )
-            self.lga = init_lga(self.model, len(data.x_unlabeled), N_CLASSES, settings)
-        else:
-            self.optimizer = adam(self.params, s.lr, (0.9, 0.999), 1e-8)
+        self.update = METHODS[method](self, seed)
         self.x_h, self.y_h = data.x_test[: s.hessian_points], data.y_test[: s.hessian_points]
 
     def measured(self, t: int) -> bool:
         return (t - 1) % self.s.eval_every == 0
 
     def step(self, t: int) -> dict[str, torch.Tensor]:
-        d, s = self.data, self.s
+        s = self.s
         out = {}
         if self.measured(t):
             raise_if_not_finite(f"shells {self.method}", t - 1, {"parameters": flat([p.detach() for p in self.params])})
@@ -92,17 +81,7 @@ class ShellsRun:
                 generator=torch.Generator().manual_seed(self.seed + t - 1),
             )
             before = flat([p.detach() for p in self.params]).clone()
-        i_l = self.labeled.next()
-        if self.method == "lga":
-            i_u = self.unlabeled.next()
-            diagnostics = lga_step(self.model, self.lga, d.x_labeled[i_l], d.y_labeled[i_l], d.x_unlabeled[i_u], i_u)
-            out["loss"] = diagnostics["loss_labeled"]
-        else:
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(self.model(d.x_labeled[i_l]), d.y_labeled[i_l])
-            loss.backward()
-            self.optimizer.step()
-            out["loss"] = loss.detach()
+        out["loss"] = self.update(self.labeled.next())
         if self.measured(t):
             update = flat([p.detach() for p in self.params]) - before
             out["alignment"] = torch.tensor(float(alignment(update, q1)), dtype=torch.float64)
@@ -131,6 +110,41 @@ class ShellsRun:
         raise NotImplementedError
 
     load_state_dict = state_dict
+
+
+def supervised_update(run: ShellsRun, seed: int):
+    """The baseline: Adam on the labeled cross entropy."""
+    optimizer = adam(run.params, run.s.lr, (0.9, 0.999), 1e-8)
+    d = run.data
+
+    def update(i_l: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(run.model(d.x_labeled[i_l]), d.y_labeled[i_l])
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return update
+
+
+def lga_update(run: ShellsRun, seed: int):
+    """Algorithm 1 with T(i) = labeled_weight; its imputed labels are kept on the run (`run.lga`)."""
+    s, d = run.s, run.data
+    unlabeled = IndexStream(len(d.x_unlabeled), s.batch, seed + 1)
+    settings = LGASettings(
+        alpha_theta=s.lr, alpha_w=s.alpha_w, eps_norm=s.eps_norm, labeled_weight=ConstantWeight(s.labeled_weight)
+    )
+    run.lga = init_lga(run.model, len(d.x_unlabeled), N_CLASSES, settings)
+
+    def update(i_l: torch.Tensor) -> torch.Tensor:
+        i_u = unlabeled.next()
+        return lga_step(run.model, run.lga, d.x_labeled[i_l], d.y_labeled[i_l], d.x_unlabeled[i_u], i_u)["loss_labeled"]
+
+    return update
+
+
+METHODS = {"supervised": supervised_update, "lga": lga_update}
+"""Each method builds its update (what it keeps between steps lives in the closure or on the run)."""
 
 
 def shells_trial(data: ShellsData, method: str, s: ShellsTrialSettings, seed: int) -> dict[str, list[float]]:
