@@ -15,7 +15,7 @@ import torch
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.base import outcome
 from gradalign.experiments.isoloss import deep_siamese, eigenmodes, toy
-from gradalign.experiments.lga import algorithm1, linear, shells, ssl_benchmark
+from gradalign.experiments.lga import algorithm1, linear, shells, ssl_benchmark, ssl_runs
 
 # --- the check names each experiment produces at the smoke preset, in order --------------------------
 
@@ -220,7 +220,7 @@ FUNCTIONS = {
         },
     ),
     "ssl_figure": (ssl_benchmark._figure_checks, {"table": _ssl_table(), "labels": (50, 100)}),
-    "ssl_table": (ssl_benchmark.table1_checks, {"columns": _columns(), "methods": ssl_benchmark.TABLE_METHODS}),
+    "ssl_table": (ssl_benchmark.table1_checks, {"columns": _columns(), "methods": ssl_runs.TABLE_METHODS}),
     "eq1-2": (
         eigenmodes.decoupling_checks,
         {

@@ -47,13 +47,6 @@ def write_atomically(path: Path, write: Callable[[IO], None], binary: bool = Fal
     return path
 
 
-def save_torch(path: Path, state) -> Path:
-    """torch.save `state` to `path` atomically (checkpoints)."""
-    import torch
-
-    return write_atomically(path, lambda handle: torch.save(state, handle), binary=True)
-
-
 def non_finite_path(value: Any, path: str = "") -> str | None:
     """The JSON path (`metrics.table.lga.test_loss`, `curves.loss[3]`) of the first NaN or infinity, or None."""
     if isinstance(value, float):

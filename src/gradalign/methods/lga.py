@@ -28,7 +28,7 @@ from torch.func import functional_call, jvp
 from gradalign.divergence import raise_if_not_finite
 from gradalign.config import Settings, require
 from gradalign.errors import ConfigError
-from gradalign.params import adam, flat, replayed_rng, rng_snapshot, trainable, unflatten
+from gradalign.params import adam, buffer_copies, flat, replayed_rng, rng_snapshot, trainable, unflatten
 
 TASKS = ("classification", "regression")
 OPTIMIZERS = ("adam", "sgd")
@@ -238,7 +238,7 @@ def double_backward_label_gradient(
     Runs on copies of the buffers, from the random state `snapshot`, like `jvp_label_gradient`.
     """
     params = trainable(model)
-    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    buffers = buffer_copies(model)
     y = y_u.detach().requires_grad_(True)
     with replayed_rng(snapshot):
         outputs = functional_call(model, (params, buffers), (x_u,))

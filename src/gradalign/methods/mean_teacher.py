@@ -11,7 +11,7 @@ from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from gradalign.config import Settings, require
 from gradalign.methods.consistency import frozen_bn_stats, softmax_mse
-from gradalign.methods.semi_supervised import descend, oliver_objective
+from gradalign.methods.semi_supervised import clean_pass, descend, oliver_objective
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,7 @@ def mean_teacher_init(model: torch.nn.Module, settings: MeanTeacherSettings, n_u
 
 def mean_teacher_step(run, ramp: float, x_l, y_l, x_u, idx_u) -> dict[str, torch.Tensor]:
     batch = x_l.shape[0] + x_u.shape[0]
-    x_u_aug = run.augment(x_u)
-    logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
-    logits_l, logits_u = logits[: len(x_l)], logits[len(x_l) :]
+    logits_l, logits_u = clean_pass(run, x_l, x_u)
     with torch.no_grad(), frozen_bn_stats(run.extra):
         teacher = run.extra(run.augment(x_u))
     unlabeled = softmax_mse(logits_u, teacher).sum()

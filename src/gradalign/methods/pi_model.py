@@ -9,7 +9,7 @@ import torch
 
 from gradalign.config import Settings, require
 from gradalign.methods.consistency import frozen_bn_stats, softmax_mse
-from gradalign.methods.semi_supervised import descend, oliver_objective
+from gradalign.methods.semi_supervised import clean_pass, descend, oliver_objective
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,7 @@ class PiModelSettings(Settings):
 
 def pi_model_step(run, ramp: float, x_l, y_l, x_u, idx_u) -> dict[str, torch.Tensor]:
     batch = x_l.shape[0] + x_u.shape[0]
-    x_u_aug = run.augment(x_u)
-    logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
-    logits_l, logits_u = logits[: len(x_l)], logits[len(x_l) :]
+    logits_l, logits_u = clean_pass(run, x_l, x_u)
     with frozen_bn_stats(run.model):
         second = run.model(run.augment(x_u))
     unlabeled = softmax_mse(logits_u, second).sum()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from gradalign.config import Settings, require
-from gradalign.methods.semi_supervised import descend, oliver_objective
+from gradalign.methods.semi_supervised import clean_pass, descend, oliver_objective
 
 
 @dataclass(frozen=True)
@@ -38,10 +38,7 @@ def pseudo_label_terms(logits_u: torch.Tensor, threshold: float) -> tuple[torch.
 
 
 def pseudo_label_step(run, ramp: float, x_l, y_l, x_u, idx_u) -> dict[str, torch.Tensor]:
-    """One step; the unlabeled batch is augmented first, then the labeled one (one generator)."""
     batch = x_l.shape[0] + x_u.shape[0]
-    x_u_aug = run.augment(x_u)
-    logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
-    logits_l, logits_u = logits[: len(x_l)], logits[len(x_l) :]
+    logits_l, logits_u = clean_pass(run, x_l, x_u)
     unlabeled = pseudo_label_terms(logits_u, run.settings.threshold)[0].sum()
     return descend(run, *oliver_objective(logits_l, y_l, unlabeled, batch, run.settings.weight, ramp))

@@ -14,6 +14,14 @@ import torch
 import torch.nn.functional as F
 
 
+def clean_pass(run, x_l: torch.Tensor, x_u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logits_l, logits_u) of the first clean pass on [augment(x_ℓ); augment(x_u)]: the only pass that moves
+    BatchNorm statistics. x_u is augmented first, then x_ℓ (one generator: the order fixes the draws)."""
+    x_u_aug = run.augment(x_u)
+    logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))
+    return logits[: len(x_l)], logits[len(x_l) :]
+
+
 def oliver_objective(
     logits_l: torch.Tensor, y_l: torch.Tensor, unlabeled_sum: torch.Tensor, batch: int, weight: float, ramp: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ import torch
 
 from gradalign.config import Settings, require
 from gradalign.methods.consistency import entropy, vat_loss
-from gradalign.methods.semi_supervised import descend, oliver_objective
+from gradalign.methods.semi_supervised import clean_pass, descend, oliver_objective
 
 
 @dataclass(frozen=True)
@@ -45,15 +45,13 @@ def vat_term(run, settings, x_u: torch.Tensor, clean_logits: torch.Tensor) -> to
         run.model, x_u, clean_logits.detach(), settings.eps, settings.xi, generator=run.generator, augment=run.augment
     )
     total = kl.sum()
-    if getattr(settings, "entmin", 0.0):
+    if settings.entmin:
         total = total + settings.entmin / settings.weight * entropy(perturbed).sum()
     return total
 
 
 def vat_step(run, ramp: float, x_l, y_l, x_u, idx_u) -> dict[str, torch.Tensor]:
     batch = x_l.shape[0] + x_u.shape[0]
-    x_u_aug = run.augment(x_u)
-    logits = run.model(torch.cat([run.augment(x_l), x_u_aug]))  # the first clean pass: BN statistics
-    logits_l, logits_u = logits[: len(x_l)], logits[len(x_l) :]
+    logits_l, logits_u = clean_pass(run, x_l, x_u)
     unlabeled = vat_term(run, run.settings, x_u, logits_u)
     return descend(run, *oliver_objective(logits_l, y_l, unlabeled, batch, run.settings.weight, ramp))

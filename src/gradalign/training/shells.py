@@ -54,6 +54,9 @@ class ShellsTrialSettings(Settings):
 
 
 class ShellsRun:
+    """One trial's network and its method's update; trials are short and stored whole in the run cache, so
+    the loop runs them without checkpoints (no state_dict)."""
+
     def __init__(self, data: ShellsData, method: str, s: ShellsTrialSettings, seed: int):
         if method not in METHODS:
             raise ConfigError(f"unknown method {method!r}; choose one of: {', '.join(METHODS)}")
@@ -105,11 +108,6 @@ class ShellsRun:
             imputed = self.lga.w.detach().argmax(-1)
             values["imputed_accuracy"] = float((imputed == self.data.y_unlabeled).float().mean())
         return values
-
-    def state_dict(self) -> dict:  # trials are short and stored whole in the run cache: no checkpoints
-        raise NotImplementedError
-
-    load_state_dict = state_dict
 
 
 def supervised_update(run: ShellsRun, seed: int):

@@ -70,30 +70,20 @@ class SiameseSettings(Settings):
         require(self, "batch_size", 2 <= self.batch_size <= n_train, f"must be in [2, {n_train} training images]")
 
     def validate(self) -> None:
-        problems = [
-            (self.loss not in DEEP_LOSSES, f"unknown loss {self.loss!r}; choose one of {', '.join(DEEP_LOSSES)}"),
-            (self.epochs < 1, f"epochs must be ≥ 1; got {self.epochs}"),
-            (self.batch_size < 2, f"batch_size must be >= 2; got {self.batch_size}"),
-            (
-                not 0 <= self.warmup_epochs < self.epochs,
-                f"warmup_epochs must be in [0, epochs = {self.epochs}); got {self.warmup_epochs}",
-            ),
-            (min(self.lr, self.readout_lr) <= 0, f"lr and readout_lr must be > 0; got {self.lr}, {self.readout_lr}"),
-            (not 0 <= self.momentum < 1, f"momentum must be in [0, 1); got {self.momentum}"),
-            (min(self.weight_decay, self.probe_l2) < 0, "weight_decay and probe_l2 must be ≥ 0"),
-            (not 0 <= self.ema_base <= 1, f"ema_base must be in [0, 1]; got {self.ema_base}"),
-            (not 0 <= self.directpred_tau < 1, f"predictor_tau must be in [0, 1); got {self.predictor_tau}"),
-            (self.predictor_alpha <= 0 or self.predictor_eps < 0, "predictor_alpha must be > 0, predictor_eps ≥ 0"),
-            (self.width <= 0, f"width must be > 0; got {self.width}"),
-            (
-                min(self.projector_hidden, self.projector_dim, self.probe_iterations, self.eval_batch_size) < 1,
-                "projector_hidden, projector_dim, probe_iterations and eval_batch_size must be ≥ 1",
-            ),
-            (not 0 < self.crop_scale_min <= 1, f"crop_scale_min must be in (0, 1]; got {self.crop_scale_min}"),
-        ]
-        for bad, message in problems:
-            if bad:
-                raise ConfigError(message)
+        require(self, "loss", self.loss in DEEP_LOSSES, f"must be one of {', '.join(DEEP_LOSSES)} (unknown loss)")
+        require(self, "epochs", self.epochs >= 1, "must be >= 1")
+        require(self, "batch_size", self.batch_size >= 2, "must be >= 2")
+        require(self, "warmup_epochs", 0 <= self.warmup_epochs < self.epochs, f"must be in [0, epochs = {self.epochs})")
+        for name in ("lr", "readout_lr", "width", "predictor_alpha"):
+            require(self, name, getattr(self, name) > 0, "must be > 0")
+        require(self, "momentum", 0 <= self.momentum < 1, "must be in [0, 1)")
+        for name in ("weight_decay", "probe_l2", "predictor_eps"):
+            require(self, name, getattr(self, name) >= 0, "must be >= 0")
+        require(self, "ema_base", 0 <= self.ema_base <= 1, "must be in [0, 1]")
+        require(self, "predictor_tau", 0 <= self.directpred_tau < 1, "must be in [0, 1)")
+        for name in ("projector_hidden", "projector_dim", "probe_iterations", "eval_batch_size"):
+            require(self, name, getattr(self, name) >= 1, "must be >= 1")
+        require(self, "crop_scale_min", 0 < self.crop_scale_min <= 1, "must be in (0, 1]")
 
 
 class SiameseRun:

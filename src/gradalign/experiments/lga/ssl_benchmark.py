@@ -12,16 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gradalign.experiments.base import Experiment, check, outcome
-from gradalign.experiments.lga.ssl_runs import (  # noqa: F401 (the configs live with the runs)
-    FIGURE_METHODS,
-    MODELS,
-    RUN_VERSION,
-    TABLE_METHODS,
-    SSLBenchConfig,
-    TableConfig,
-    ssl_run,
-    sweep,
-)
+from gradalign.experiments.lga.ssl_runs import RUN_VERSION, SSLBenchConfig, TableConfig, sweep
 
 NOTEBOOK = "notebooks/lga/04_ssl_benchmark.ipynb"
 
