@@ -24,6 +24,7 @@ LAYERS = [
         "atomic",
         "verdict",
         "environment",
+        "fingerprint",
         "runtime",
         "progress",
         "vision",
@@ -40,7 +41,7 @@ LAYERS = [
     ("training",),
     ("benchmarks",),
     ("experiments",),
-    ("results", "runner", "comparison", "report"),
+    ("results", "runner", "comparison", "report", "pages"),
     ("plotting", "notebook", "book", "cli", "__main__"),
 ]
 

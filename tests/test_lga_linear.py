@@ -98,18 +98,15 @@ def test_first_passage():
     assert first_passage(c, 0.5) == [1, None]
 
 
-TIMING_CHECKS = {"lga_step_cost"}  # a speed ratio: measured by the experiment, never asserted in a test
-
-
-# The smoke presets, with lga.alg1's cost benchmark cut to one warm-up and one timed round (its ratio is
-# a TIMING_CHECKS entry, never asserted here): the benchmark's rounds dominate the file's time on two cores.
+# The smoke presets, with lga.alg1's cost benchmark cut to one warm-up and one timed round (its ratio is a
+# target beside the verdict, never asserted here): the benchmark's rounds dominate the file's time on two cores.
 SMOKE_OVERRIDES = {"lga.alg1": {"bench_repeats": 1}}
 
 
 def test_smoke_experiments_reproduce_the_claims(store):
     for element_id in ("lga.alg1", "lga.prop1", "lga.fig1", "lga.prop2-3"):
         record = runner.run(element_id, "smoke", SMOKE_OVERRIDES.get(element_id), store=store)
-        failed = [k for k, c in record["checks"].items() if not c["passed"] and k not in TIMING_CHECKS]
+        failed = [k for k, c in record["checks"].items() if not c["passed"]]
         assert not failed, (element_id, failed)
 
 

@@ -58,3 +58,123 @@ def test_report_lists_every_element_and_the_stored_comparisons(tmp_path):
     assert "it reads the training runs stored once" in text and "whose training took" in text  # lga.fig5-7, tab1
     empty = report_markdown("auto", ResultStore(tmp_path))
     assert "| quantity | paper | ours |" not in empty and "no stored record" in empty
+
+
+# --- verdicts with their scale, stale records, links, generated pages ----------------------------------
+
+
+def _stored(element_id):
+    from gradalign.runner import stored_record
+
+    record = stored_record(element_id, "cpu")
+    assert record is not None, f"the committed cpu record of {element_id} is missing"
+    return record
+
+
+def test_a_reduced_scale_failure_names_its_scale_and_is_counted_apart():
+    from gradalign.report import scale_of, summary_counts
+
+    record = _stored("lga.fig5")
+    assert record["verdict"]["status"] == "not reproduced at reduced scale"
+    scale = scale_of(record)
+    assert "Fashion-MNIST (paper: CIFAR-10)" in scale and "1,000 steps (paper: 500,000 steps)" in scale
+    assert "runs still improving at their last evaluation" in scale
+    assert scale_of(_stored("lga.fig1")) == ""  # exact scope: nothing to name
+    counts = summary_counts({"a": "not reproduced", "b": "not reproduced at reduced scale", "c": "reproduced"})
+    assert counts == "**1** reproduced · **1** not reproduced · **1** not reproduced at reduced scale"
+    text = report_markdown("auto", ResultStore())
+    assert "**not reproduced at reduced scale** (Fashion-MNIST (paper: CIFAR-10)" in text
+
+
+def test_still_improving_counts_runs_whose_best_evaluation_is_the_last():
+    from gradalign.experiments.lga.ssl_benchmark import still_improving
+
+    curves = {"lga": {"250": {"val_error": [30.0, 20.0, 10.0]}, "1000": {"val_error": [30.0, 10.0, 20.0]}}}
+    assert still_improving(curves) == (1, 2)
+
+
+def test_a_record_whose_code_changed_is_stale(tmp_path):
+    from gradalign.fingerprint import code_fingerprint
+    from gradalign.report import stale_text
+    from gradalign.runner import run, stale_files
+
+    record = run("lga.fig2", "smoke", store=ResultStore(tmp_path))
+    module = "gradalign.experiments.lga.shells"
+    assert record["provenance"]["code"] == code_fingerprint(module)
+    assert (
+        "experiments/lga/shells.py" in record["provenance"]["code"] and "data/shells.py" in record["provenance"]["code"]
+    )
+    assert stale_files(record) == [] and stale_text(record) == "current"
+    edited = {**record, "provenance": {**record["provenance"], "code": {**record["provenance"]["code"]}}}
+    edited["provenance"]["code"]["data/shells.py"] = "0" * 16
+    assert stale_files(edited) == ["data/shells.py"]
+    assert stale_text(edited).startswith("**stale**: 1 file changed since (`data/shells.py`")
+    del edited["provenance"]["code"]
+    assert stale_files(edited) is None and stale_text(edited, short=True) == "unknown"
+
+
+def test_the_fingerprint_follows_imports_and_names_changed_files():
+    from gradalign.fingerprint import changed_files, code_fingerprint
+
+    files = code_fingerprint("gradalign.experiments.lga.linear")
+    assert {"experiments/lga/linear.py", "methods/lga_linear.py", "experiments/base.py"} <= set(files)
+    assert "experiments/isoloss/toy.py" not in files  # the registry in experiments/__init__ is not followed
+    assert changed_files({"a.py": "1", "b.py": "2"}, {"a.py": "1", "b.py": "3", "c.py": "4"}) == ["b.py", "c.py"]
+
+
+def test_the_report_links_every_built_id_to_its_page():
+    from gradalign.experiments import EXPERIMENTS
+
+    text = report_markdown("auto", ResultStore())
+    for element_id, exp in EXPERIMENTS.items():
+        assert f"[`{element_id}`](../{exp.notebook})" in text, element_id
+    assert "[`metagrad.alg1`]" not in text and "`metagrad.alg1`" in text  # no page yet: no link
+
+
+def test_targets_are_shown_apart_from_the_checks():
+    from gradalign.experiments.base import check
+    from gradalign.report import checks_markdown, targets_markdown
+
+    record = {
+        "checks": {"claim_holds": check(True, 0.5, "x < 1", "the paper's claim")},
+        "targets": {"fast": check(False, 1.7, "ratio <= 1.6", "the project's speed target")},
+    }
+    assert "the paper's claim" in checks_markdown(record) and "speed target" not in checks_markdown(record)
+    assert "do not enter the verdict" in targets_markdown(record) and "| ✘ |" in targets_markdown(record)
+    assert targets_markdown({"checks": {}}) == ""
+
+
+def test_markdown_cells_escape_pipes_and_round_values():
+    from gradalign.experiments.base import check
+    from gradalign.report import checks_markdown, format_value
+
+    table = checks_markdown({"checks": {"a_b": check(False, 0.123456, "|x| < 1", "claim")}})
+    assert "\\|x\\| < 1" in table and "0.123" in table and "0.123456" not in table
+    assert table.splitlines()[2].startswith("| ✘ |")  # the pass mark first
+    assert format_value({"lga": 0.123456, "n": 3}) == "{lga: 0.123, n: 3}"
+
+
+def test_book_markers_are_filled_from_the_store():
+    from gradalign.pages import fill_markers
+
+    text = fill_markers(
+        "a <!-- gradalign: scoreboard -->\n<!-- gradalign: elements lga -->\n<!-- gradalign: references -->",
+        "auto",
+        ResultStore(),
+        "../",
+    )
+    assert "<!--" not in text and "[`lga.fig1`](../notebooks/lga/01_linear_regression.ipynb)" in text
+    assert "not yet built" in text and "https://arxiv.org/abs/2406.05222" in text
+    with pytest.raises(ValueError, match="unknown book marker"):
+        fill_markers("<!-- gradalign: nonsense -->", "auto", ResultStore(), "")
+
+
+def test_the_compute_page_lists_every_record_and_the_pinned_environment():
+    from gradalign.pages import compute_markdown, how_to_run_markdown
+
+    text = compute_markdown("auto", ResultStore())
+    for element_id in ("lga.fig1", "lga.fig5", "isoloss.tab1"):
+        assert f"[`{element_id}`]" in text
+    assert "torch==" in text and "commit `" in text
+    how = how_to_run_markdown()
+    assert "--device cuda" in how and "Fashion-MNIST" in how and "GRADALIGN_PRESET=smoke" in how

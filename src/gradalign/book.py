@@ -9,7 +9,6 @@ transitively), the stored records of the experiments it shows, and the preset.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -20,9 +19,10 @@ from pathlib import Path
 
 from gradalign.environment import project_root
 from gradalign.errors import ConfigError
+from gradalign.fingerprint import PACKAGE, library_closure
 from gradalign.results import ResultStore
 
-PACKAGE = Path(__file__).resolve().parent
+GENERATED = ("book/report", "book/how_to_run", "book/compute")  # written from the store at build time
 CELL_TIMEOUT_S = 1800  # a hung cell fails the build instead of stalling it
 
 
@@ -45,43 +45,6 @@ def toc_files(root: Path) -> list[str]:
 
     walk(toc.get("parts", toc.get("chapters", [])))
     return files
-
-
-def _module_file(name: str) -> Path | None:
-    rel = Path(*name.split(".")[1:])
-    if not rel.parts:
-        return PACKAGE / "__init__.py"
-    for candidate in (PACKAGE / rel / "__init__.py", PACKAGE / rel.with_suffix(".py")):
-        if candidate.exists():
-            return candidate
-    return None
-
-
-def _imports(source: str) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names |= {f"{node.module}.{a.name}" for a in node.names}
-    return {n for n in names if n == "gradalign" or n.startswith("gradalign.")}
-
-
-def library_closure(source: str) -> list[Path]:
-    """The gradalign source files a piece of code imports, followed transitively (with parents)."""
-    seen: dict[str, Path] = {}
-    todo = list(_imports(source))
-    while todo:
-        name = todo.pop()
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__
-            sub = ".".join(parts[:i])
-            path = _module_file(sub)
-            if path is not None and sub not in seen:
-                seen[sub] = path
-                todo += list(_imports(path.read_text()))
-    return sorted(set(seen.values()))
 
 
 def notebook_code(path: Path) -> str:
@@ -172,6 +135,7 @@ def build_book(
 ) -> dict:
     """Execute what changed and build `<out>/html`; returns {'executed': [...], 'skipped': [...], 'html': path}."""
     from gradalign.config import check_preset
+    from gradalign.pages import compute_markdown, fill_markers, how_to_run_markdown, page_base
     from gradalign.report import report_markdown
 
     check_preset(preset, allow_auto=True)
@@ -187,8 +151,9 @@ def build_book(
     executed, skipped = [], []
     for name in ("_config.yml", "_toc.yml"):
         _copy_if_changed(root / name, src / name)
+    pages = []
     for entry in toc_files(root):
-        if entry == "book/report":
+        if entry in GENERATED:
             continue
         nb = root / f"{entry}.ipynb"
         if nb.exists():
@@ -207,8 +172,16 @@ def build_book(
             )
             if page is None:
                 raise ConfigError(f"_toc.yml lists {entry!r} but neither {entry}.md nor {entry}.ipynb exists")
-            _copy_if_changed(page, src / page.relative_to(root))
+            pages.append(page)
+    # after the notebooks, which may have stored records: generated text shows what the store holds now
+    for page in pages:
+        text = page.read_text()
+        if page.suffix == ".md":
+            text = fill_markers(text, preset, store, page_base(page, root))
+        _write_if_changed(text, src / page.relative_to(root))
     _write_if_changed(report_markdown(preset, store), src / "book" / "report.md")
+    _write_if_changed(how_to_run_markdown(), src / "book" / "how_to_run.md")
+    _write_if_changed(compute_markdown(preset, store), src / "book" / "compute.md")
     _jupyter_book(src, out)
     return {"executed": executed, "skipped": skipped, "html": out / "html"}
 

@@ -19,26 +19,14 @@ def interactive_session() -> bool:
 
 
 def checks_table(record: dict):
-    import pandas as pd
+    """The record's checks as a MyST table (pass mark first, full claims, rounded values), followed by the
+    project's own targets when it has any (shown apart: they do not enter the verdict)."""
+    from IPython.display import Markdown
 
-    rows = []
-    for name, c in record["checks"].items():
-        value = c["value"]
-        shown = (
-            f"{value:.3g}"
-            if isinstance(value, float)
-            else ("(per curve, see metrics)" if isinstance(value, list) else value)
-        )
-        rows.append(
-            {
-                "check": name,
-                "claim": c["claim"],
-                "rule": c["rule"],
-                "measured": shown,
-                "passed": "✔" if c["passed"] else "✘",
-            }
-        )
-    return pd.DataFrame(rows).set_index("check")
+    from gradalign.report import checks_markdown, targets_markdown
+
+    targets = targets_markdown(record)
+    return Markdown(checks_markdown(record) + (f"\n\n{targets}" if targets else ""))
 
 
 def assert_checks(record: dict) -> None:
@@ -50,15 +38,10 @@ def assert_checks(record: dict) -> None:
 
 
 def verdict_markdown(records: list[dict]):
-    """The page's verdict: one row per element, its status, and the scale it was measured at."""
+    """The page's verdict: one row per element, its status with the scale it was measured at (reduced
+    scope), its checks, whether the code has changed since, and what computed it."""
     from IPython.display import Markdown
 
-    from gradalign.plotting import scale_caption
+    from gradalign.report import verdict_rows
 
-    lines = ["| element | verdict | checks passed | measured with |", "| --- | --- | --- | --- |"]
-    for r in records:
-        passed = sum(c["passed"] for c in r["checks"].values())
-        lines.append(
-            f"| `{r['id']}` | **{r['verdict']['status']}** | {passed}/{len(r['checks'])} | {scale_caption(r)} |"
-        )
-    return Markdown("\n".join(lines))
+    return Markdown(verdict_rows(records))

@@ -6,6 +6,31 @@ the paper's trials). Entries for parts not built yet are added with those parts.
 
 from __future__ import annotations
 
+PAPERS = {
+    # The four papers, one per part: how the book cites them, and where to read them.
+    "lga": {
+        "cite": "Jackson, J. & Schulman, J. (2019). Semi-Supervised Learning by Label Gradient Alignment. "
+        "arXiv:1902.02336",
+        "url": "https://arxiv.org/abs/1902.02336",
+    },
+    "metagrad": {
+        "cite": "Zhang, X.-Y., Xiao, T., Jia, H., Cheng, M.-M. & Yang, M.-H. (2020). Semi-Supervised Learning "
+        "with Meta-Gradient. arXiv:2007.03966; AISTATS 2021, PMLR 130:73-81",
+        "url": "https://arxiv.org/abs/2007.03966",
+    },
+    "isoloss": {
+        "cite": "Halvagal, M. S., Laborieux, A. & Zenke, F. (2022). Predictor networks and stop-grads provide "
+        "implicit variance regularization in BYOL/SimSiam. arXiv:2212.04858 (v1; NeurIPS 2023 as "
+        "Implicit variance regularization in non-contrastive SSL)",
+        "url": "https://arxiv.org/abs/2212.04858",
+    },
+    "sgr": {
+        "cite": "Yang, Y., Li, X., Alfarra, M., Hammoud, H., Bibi, A., Torr, P. & Ghanem, B. (2024). Towards "
+        "Interpretable Deep Local Learning with Successive Gradient Reconciliation. ICML 2024, arXiv:2406.05222",
+        "url": "https://arxiv.org/abs/2406.05222",
+    },
+}
+
 LGA_TABLE1 = {
     # Jackson & Schulman (2019), Table 1: test error %, CIFAR-10 4000 labels / SVHN 1000 labels, 5 trials.
     # Rows other than LGA are quoted from Oliver et al. (2018), Table 1.

@@ -132,11 +132,13 @@ def _content_problem(record: dict) -> str | None:
         or config_digest(record["config"], record["experiment_version"]) != record["config_hash"]
     ):
         return "has a config that does not hash to its key"
+    for key in ("checks", "targets"):
+        checks = record.get(key, {})
+        if not isinstance(checks, dict) or not all(
+            isinstance(c, dict) and isinstance(c.get("passed"), bool) for c in checks.values()
+        ):
+            return f"has malformed {key} (each must be an object with a true/false 'passed')"
     checks = record["checks"]
-    if not isinstance(checks, dict) or not all(
-        isinstance(c, dict) and isinstance(c.get("passed"), bool) for c in checks.values()
-    ):
-        return "has malformed checks (each must be an object with a true/false 'passed')"
     if record["scope"] not in SCOPES:
         return f"has scope {record['scope']!r}, expected one of {', '.join(SCOPES)}"
     derived, stored = derive_verdict(checks, record["scope"]), record["verdict"]

@@ -9,6 +9,7 @@ from typing import Any
 from gradalign.config import PRESET_ORDER_FOR_BOOK, check_preset
 from gradalign.environment import provenance
 from gradalign.experiments import get
+from gradalign.fingerprint import changed_files, code_fingerprint
 from gradalign.results import SCHEMA, ResultStore, part_of
 from gradalign.runcache import force_recompute
 from gradalign.runtime import check_device, pin_threads, seed_everything, select_device
@@ -52,7 +53,7 @@ def run(
         "config_hash": digest,
         "experiment_version": exp.version,
         **result,
-        "provenance": provenance(dev, [cfg.seed], wall),
+        "provenance": {**provenance(dev, [cfg.seed], wall), "code": code_fingerprint(exp.run.__module__)},
     }
     store.save(record)
     return record
@@ -77,6 +78,15 @@ def best_stored_preset(
         if stored_record(element_id, preset, overrides, store) is not None:
             return preset
     return None
+
+
+def stale_files(record: dict) -> list[str] | None:
+    """The library files the record's experiment runs that changed since the record was computed
+    ([] when none did), or None when the record carries no code fingerprint."""
+    stored = record["provenance"].get("code")
+    if not isinstance(stored, dict):
+        return None
+    return changed_files(stored, code_fingerprint(get(record["id"]).run.__module__))
 
 
 def element_status(element_id: str) -> str:

@@ -22,6 +22,7 @@ class Experiment:
     note: str = ""
     choices: dict[str, str] = field(default_factory=dict)  # our choices where the paper is silent
     shares: str = ""  # stored runs this experiment reads and shares with others (the report names them)
+    scale: Callable[[dict], str] | None = None  # record -> its scale against the paper's (reduced scope)
 
     def resolve(self, preset: str, overrides: dict[str, Any] | None = None) -> Config:
         return resolve(self.config, self.presets, preset, overrides)
@@ -32,19 +33,40 @@ def same_as_cpu(cpu: dict, smoke: dict) -> dict[str, dict]:
     return {"smoke": smoke, "cpu": cpu, "gpu": cpu, "paper": cpu}
 
 
+def scale_text(*items: tuple[str, str]) -> str:
+    """A record's scale against the paper's, one `ours (paper: theirs)` item per quantity; equal items are
+    shown once."""
+    return "; ".join(ours if ours == paper else f"{ours} (paper: {paper})" for ours, paper in items)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
 def check(passed: bool, value: Any, rule: str, claim: str) -> dict:
     """One numeric check of an outcome: the measured value, the rule it must satisfy, and the claim."""
     return {"passed": bool(passed), "value": value, "rule": rule, "claim": claim}
 
 
 def outcome(
-    checks: dict[str, dict], metrics: dict | None = None, curves: dict | None = None, scope: str = "exact"
+    checks: dict[str, dict],
+    metrics: dict | None = None,
+    curves: dict | None = None,
+    scope: str = "exact",
+    targets: dict[str, dict] | None = None,
 ) -> dict:
-    """Bundle an experiment's results; the verdict follows from the checks and the scope, never typed in."""
-    return {
+    """Bundle an experiment's results; the verdict follows from the checks and the scope, never typed in.
+
+    `checks` test the paper's claims; `targets` (same form) test the project's own goals, such as a speed
+    ratio, and are shown as benchmark results apart from the verdict (DESIGN.md, "A verdict").
+    """
+    result = {
         "metrics": metrics or {},
         "curves": curves or {},
         "checks": checks,
         "scope": scope,
         "verdict": derive_verdict(checks, scope),
     }
+    if targets:
+        result["targets"] = targets
+    return result

@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from gradalign.config import Config, require
-from gradalign.experiments.base import Experiment, check, outcome
+from gradalign.data.image_sets import IMAGE_SETS
+from gradalign.experiments.base import Experiment, check, outcome, plural, scale_text
 from gradalign.training.siamese import SiameseSettings
 
 NB_DEEP = "notebooks/isoloss/03_deep_siamese.ipynb"
@@ -193,6 +194,21 @@ TAB1_PRESETS = {
         "siamese.crop_scale_min": 0.08,
     },
 }
+
+
+def table1_scale(record: dict) -> str:
+    """Data, network width, training-set size, epochs and seeds of a Table 1 record against the paper's."""
+    cfg = record["config"]
+    subset = cfg["train_subset"]
+    return scale_text(
+        (", ".join(IMAGE_SETS[d].title for d in cfg["datasets"]), "CIFAR-10, STL-10"),
+        (f"VGG11 at width x{cfg['siamese']['width']:g}", "VGG11 at width x1"),
+        (f"{subset:,} training images" if subset else "the full training set", "the full training set"),
+        (", ".join(plural(e, "epoch") for e in cfg["epochs"]), "800 epochs (CIFAR-10), 100 epochs (STL-10)"),
+        (plural(cfg["seeds"], "seed"), "4 seeds"),
+    )
+
+
 TAB1_CHOICES = {
     "projector": "one hidden layer; 4096 -> 256 as in the authors' later code (gpu, paper); 512 -> 64 at cpu",
     "optimiser": "SGD momentum 0.9, lr 0.1 at batch 256, weight decay 1e-5, warm-up + cosine (authors' configs)",
@@ -214,5 +230,6 @@ EXPERIMENTS = [
         note="cpu/gpu presets on Fashion-MNIST (the paper: CIFAR-10 and STL-10); cpu also with a narrower VGG11, "
         "a 10,000-image subset, few epochs and one seed",
         choices=TAB1_CHOICES,
+        scale=table1_scale,
     ),
 ]

@@ -34,15 +34,16 @@ def algorithm1(cfg: GradientCheckConfig, device) -> dict:
     linear = algorithm1_linear(cfg, device)
     classification = algorithm1_classification(cfg, device)
     checks = {**linear["checks"], **classification["checks"]}
-    return outcome(checks, {**linear["metrics"], **classification["metrics"]}, classification["curves"])
+    metrics = {**linear["metrics"], **classification["metrics"]}
+    return outcome(checks, metrics, classification["curves"], targets=classification["targets"])
 
 
 def algorithm1_classification_checks(
-    rel_gap: float, bn_moved: float, pass_moved: float, cost_ratio: float, imputed_accuracy: float
+    rel_gap: float, bn_moved: float, pass_moved: float, imputed_accuracy: float
 ) -> dict[str, dict]:
     """The classification form's checks: JVP against double backward (relative gap), the largest move of a BN
-    running statistic by the JVP and by the ordinary pass, LGA's step cost over Pseudo-Label's, and the final
-    accuracy of the imputed labels of the worked example."""
+    running statistic by the JVP and by the ordinary pass, and the final accuracy of the imputed labels of the
+    worked example."""
     return {
         "jvp_matches_double_backward": check(
             rel_gap < 1e-9,
@@ -56,17 +57,24 @@ def algorithm1_classification_checks(
             "the JVP moves no BN running statistic (the ordinary pass does)",
             "the JVP pass must not change BatchNorm running statistics",
         ),
-        "lga_step_cost": check(
-            cost_ratio <= 1.6,
-            cost_ratio,
-            "median LGA step / median Pseudo-Label step <= 1.6 (CPU)",
-            "an LGA step costs at most 1.6 Pseudo-Label steps (the issue's target)",
-        ),
         "imputed_labels_learn": check(
             imputed_accuracy > 0.4,
             imputed_accuracy,
             "accuracy of argmax f(w) on the unlabeled points > 0.4 (chance 0.2)",
             "Algorithm 1 imputes informative labels for the unlabeled data",
+        ),
+    }
+
+
+def lga_cost_targets(cost_ratio: float) -> dict[str, dict]:
+    """The project's speed target for an LGA step (not a claim of the paper, which states no cost): shown
+    as a benchmark result beside the verdict, never inside it."""
+    return {
+        "lga_step_cost": check(
+            cost_ratio <= 1.6,
+            cost_ratio,
+            "median LGA step / median Pseudo-Label step <= 1.6 (CPU, measured in one run)",
+            "an LGA step costs at most 1.6 Pseudo-Label steps (the project's speed target)",
         ),
     }
 
@@ -134,7 +142,7 @@ def algorithm1_classification(cfg: GradientCheckConfig, device) -> dict:
     )
     runs = {m: shells_trial(data, m, settings, cfg.seed) for m in ("supervised", "lga")}
     imputed = runs["lga"]["imputed_accuracy"]
-    checks = algorithm1_classification_checks(rel_gap, bn_moved, pass_moved, cost["lga_over_pseudo_label"], imputed[-1])
+    checks = algorithm1_classification_checks(rel_gap, bn_moved, pass_moved, imputed[-1])
     metrics = {
         "jvp_rel_gap": rel_gap,
         "cost": cost,
@@ -149,7 +157,7 @@ def algorithm1_classification(cfg: GradientCheckConfig, device) -> dict:
         **{f"{m}/test_accuracy": runs[m]["test_accuracy"] for m in runs},
         **{f"{m}/test_loss": runs[m]["test_loss"] for m in runs},
     }
-    return outcome(checks, metrics, curves)
+    return outcome(checks, metrics, curves, targets=lga_cost_targets(cost["lga_over_pseudo_label"]))
 
 
 def algorithm1_linear(cfg: GradientCheckConfig, device) -> dict:
@@ -200,7 +208,7 @@ EXPERIMENTS = [
         algorithm1,
         GradientCheckConfig,
         same_as_cpu({}, {"bench_width": 8, "bench_repeats": 3, "example_steps": 150, "example_unlabeled": 300}),
-        3,
+        4,  # 4: the cost ratio is a target beside the verdict, not a check
         "notebooks/lga/02_algorithm1.ipynb",
         note="the cost benchmark runs on the CPU whatever device is asked for; the GPU ratio needs "
         "`python benchmarks/lga_step.py --device cuda` on a GPU machine",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from gradalign.config import Config, require
-from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
+from gradalign.experiments.base import check, Experiment, outcome, plural, same_as_cpu, scale_text
 from gradalign.training.shells import ShellsTrialSettings
 
 NOTEBOOK = "notebooks/lga/03_synthetic_shells.ipynb"
@@ -237,6 +237,13 @@ STUDY_SMOKE = {
     "trial": {"steps": 60, "eval_every": 20, "hessian_points": 300, "lanczos_iters": 8, "batch": 32},
 }
 STUDY_PRESETS = {"smoke": STUDY_SMOKE, "cpu": {}, "gpu": {"trials": 25}, "paper": {"trials": 25}}
+
+
+def study_scale(record: dict) -> str:
+    """The shells study's trials against the paper's 25."""
+    return scale_text((plural(record["config"]["trials"], "trial"), "25 trials"))
+
+
 SHARED_TRIALS = "the trials stored once for lga.fig3 and fig4 (run cache: lga.shells)"
 STUDY_CHOICES = {
     "optimisation": "Adam (lr 1e-3, batch 128) for both; LGA: alpha_w 1e-2, eps_norm 1e-3, T(i) = 1; 3,000 steps",
@@ -256,6 +263,7 @@ EXPERIMENTS = [
         NOTEBOOK,
         choices=STUDY_CHOICES,
         shares=SHARED_TRIALS,
+        scale=study_scale,
     ),
     Experiment(
         "lga.fig4",
@@ -266,5 +274,6 @@ EXPERIMENTS = [
         NOTEBOOK,
         choices=STUDY_CHOICES,
         shares=SHARED_TRIALS,
+        scale=study_scale,
     ),
 ]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gradalign.experiments.base import Experiment, check, outcome
+from gradalign.data.image_sets import IMAGE_SETS
+from gradalign.experiments.base import Experiment, check, outcome, plural, scale_text
 from gradalign.experiments.lga.ssl_runs import RUN_VERSION, SSLBenchConfig, TableConfig, sweep
 
 NOTEBOOK = "notebooks/lga/04_ssl_benchmark.ipynb"
@@ -180,6 +181,34 @@ CHOICES = {
     "not stated in the paper",
     "selection": "test metrics at the evaluation with the lowest validation error (Oliver et al.'s model selection)",
 }
+PAPER_DATA = {"lga.fig5": "CIFAR-10", "lga.fig6": "SVHN", "lga.fig7": "Fashion-MNIST", "lga.tab1": "CIFAR-10, SVHN"}
+MODEL_TITLES = {"small_cnn": "a 3-block CNN", "wrn28_2": "WRN-28-2"}
+
+
+def still_improving(curves: dict) -> tuple[int, int]:
+    """(runs whose lowest validation error is at their last evaluation, runs): a run still improving when it
+    stopped has not shown where the method ends up."""
+    runs = [h for by_labels in curves.values() for h in by_labels.values()]
+    last = sum(min(range(len(h["val_error"])), key=h["val_error"].__getitem__) == len(h["val_error"]) - 1 for h in runs)
+    return last, len(runs)
+
+
+def ssl_scale(record: dict) -> str:
+    """Data, model, steps and seeds of a benchmark record against the paper's (500k steps, 5 trials)."""
+    cfg = record["config"]
+    data = sorted({c[0] for c in cfg["columns"]}) if "columns" in cfg else [cfg["dataset"]]
+    text = scale_text(
+        (", ".join(IMAGE_SETS[d].title for d in data), PAPER_DATA[record["id"]]),
+        (MODEL_TITLES[cfg["model"]], "WRN-28-2"),
+        (plural(cfg["protocol"]["steps"], "step"), "500,000 steps"),
+        (plural(cfg["seeds"], "seed"), "5 seeds"),
+    )
+    if record["curves"]:
+        last, runs = still_improving(record["curves"])
+        text += f"; {last} of {runs} runs still improving at their last evaluation"
+    return text
+
+
 SHARED_RUNS = "the training runs stored once for lga.fig5, fig6, fig7 and tab1 (run cache: lga.ssl)"
 FIG_NOTE = "cpu/gpu presets run on Fashion-MNIST with this figure's hyperparameter family (the paper: {})"
 
@@ -195,6 +224,7 @@ EXPERIMENTS = [
         note=FIG_NOTE.format("CIFAR-10"),
         choices=CHOICES,
         shares=SHARED_RUNS,
+        scale=ssl_scale,
     ),
     Experiment(
         "lga.fig6",
@@ -212,6 +242,7 @@ EXPERIMENTS = [
         note=FIG_NOTE.format("SVHN"),
         choices=CHOICES,
         shares=SHARED_RUNS,
+        scale=ssl_scale,
     ),
     Experiment(
         "lga.fig7",
@@ -230,6 +261,7 @@ EXPERIMENTS = [
         "hyperparameter sets by validation error, as the paper did",
         choices=CHOICES,
         shares=SHARED_RUNS,
+        scale=ssl_scale,
     ),
     Experiment(
         "lga.tab1",
@@ -251,5 +283,6 @@ EXPERIMENTS = [
         "1000 labels",
         choices=CHOICES,
         shares=SHARED_RUNS,
+        scale=ssl_scale,
     ),
 ]

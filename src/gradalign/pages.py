@@ -1,0 +1,220 @@
+"""The generated parts of the book: the scoreboard of the introduction, each part's list of elements, and
+the two generated pages **How to run** and **Compute**.
+
+Hand-written pages hold a marker where generated text goes (`<!-- gradalign: scoreboard -->`,
+`<!-- gradalign: elements lga -->`); `fill_markers` replaces it when the book is built, so a verdict on
+any page is always the one the stored record derives.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from pathlib import Path
+
+from gradalign.config import PRESETS
+from gradalign.data.image_sets import IMAGE_SETS
+from gradalign.elements import ELEMENTS, PARTS
+from gradalign.environment import project_root
+from gradalign.experiments import EXPERIMENTS
+from gradalign.papers import PAPERS
+from gradalign.report import (
+    NOT_BUILT,
+    SUMMARY_ORDER,
+    cell,
+    duration,
+    element_verdict,
+    page_link,
+    scale_of,
+    shown_record,
+    stale_text,
+    summary_counts,
+)
+from gradalign.results import ResultStore
+
+PART_PAGES = {"lga": "book/lga/intro.md", "isoloss": "book/isoloss/intro.md"}  # parts with pages so far
+MARKER = re.compile(r"<!-- gradalign: (\w+)(?: (\w+))? -->")
+
+
+def _verdicts(preset: str, store: ResultStore) -> tuple[dict, dict]:
+    records = {eid: shown_record(eid, preset, store) for eid in ELEMENTS}
+    return records, {eid: element_verdict(eid, records[eid]) for eid in ELEMENTS}
+
+
+def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
+    """Which parts are built, the four papers cited, and every element grouped by verdict, linked to its page."""
+    records, verdicts = _verdicts(preset, store)
+    lines = ["| part | elements with a page | their verdicts |", "| --- | --- | --- |"]
+    for part, title in PARTS.items():
+        ids = [e for e in ELEMENTS if e.startswith(part + ".")]
+        built = sum(verdicts[e] != NOT_BUILT for e in ids)
+        name = f"[{title.split(' (')[0]}]({base}{PART_PAGES[part]})" if part in PART_PAGES else title.split(" (")[0]
+        state = f"{built} of {len(ids)}" + ("" if built else " (not built yet)")
+        lines.append(f"| {name} | {state} | {summary_counts({e: verdicts[e] for e in ids})} |")
+    lines += ["", f"{summary_counts(verdicts)} — of {len(ELEMENTS)} elements.", ""]
+    for status in SUMMARY_ORDER:
+        ids = [e for e in ELEMENTS if verdicts[e] == status]
+        if not ids:
+            continue
+        if status == NOT_BUILT:
+            parts = sorted({PARTS[ELEMENTS[e].part].split(" (")[0] for e in ids})
+            lines.append(f"- **{status}** ({len(ids)}): the elements of {' and '.join(parts)}.")
+            continue
+        links = ", ".join(page_link(e, base) for e in ids)
+        lines.append(f"- **{status}** ({len(ids)}): {links}")
+    stale = [e for e, r in records.items() if r is not None and stale_text(r, short=True) != "current"]
+    if stale:
+        lines += [
+            "",
+            f"{len(stale)} of the {sum(r is not None for r in records.values())} records shown were computed by "
+            "library code that has changed since, or carry no fingerprint of it "
+            f"(see [Compute]({base}book/compute.md)).",
+        ]
+    return "\n".join(lines)
+
+
+def part_elements_markdown(part: str, preset: str, store: ResultStore, base: str) -> str:
+    """A part's elements, each with its verdict (and scale) and a link to its page."""
+    records, verdicts = _verdicts(preset, store)
+    lines = ["| element | verdict |", "| --- | --- |"]
+    for eid, element in ELEMENTS.items():
+        if element.part != part:
+            continue
+        scale = scale_of(records[eid]) if records[eid] else ""
+        verdict = f"**{verdicts[eid]}**" + (f" ({cell(scale)})" if scale else "")
+        lines.append(f"| {page_link(eid, base)}: {cell(element.title)} | {verdict} |")
+    return "\n".join(lines)
+
+
+def references_markdown() -> str:
+    """The four papers, cited in full with links."""
+    return "\n".join(f"- {PAPERS[part]['cite']}. <{PAPERS[part]['url']}>" for part in PARTS)
+
+
+def fill_markers(text: str, preset: str, store: ResultStore, base: str) -> str:
+    """Replace every `<!-- gradalign: ... -->` marker of a hand-written page with its generated Markdown."""
+
+    def fill(match: re.Match) -> str:
+        kind, arg = match.groups()
+        if kind == "scoreboard":
+            return scoreboard_markdown(preset, store, base)
+        if kind == "references":
+            return references_markdown()
+        if kind == "elements" and arg in PARTS:
+            return part_elements_markdown(arg, preset, store, base)
+        raise ValueError(f"unknown book marker {match.group(0)!r}")
+
+    return MARKER.sub(fill, text)
+
+
+def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> str:
+    """Every shown record's hardware, preset, seeds, wall time, commit and code state; the pinned environment."""
+    store = store or ResultStore()
+    records, _ = _verdicts(preset, store)
+    lines = [
+        "# Compute",
+        "",
+        "Where every number of the book was computed. One row per record the book shows (this build: preset "
+        f"`{preset}`). *Code* compares a fingerprint of the library files the experiment runs, stored in the "
+        "record, with the files of this build: **stale** means the code has changed since the record was "
+        "computed (the record's numbers are what that older code produced; `gradalign run <id> --force` "
+        "recomputes it).",
+        "",
+        "| element | preset | hardware | seeds | wall time | computed | code |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for eid, r in records.items():
+        if r is None:
+            continue
+        prov = r["provenance"]
+        lines.append(
+            f"| {page_link(eid, '../')} | `{r['preset']}` | {cell(prov['hardware'])} | "
+            f"{', '.join(map(str, prov['seeds']))} | {duration(prov['wall_time_s'])} | "
+            f"{prov['date'][:10]}, commit `{prov['git_commit'][:10]}`, torch {prov['torch']} | {stale_text(r)} |"
+        )
+    lines += ["", "## The environment of this build", ""]
+    lines += [f"Python {platform.python_version()} on {platform.platform()}.", ""]
+    requirements = project_root() / "requirements.txt"
+    if requirements.exists():
+        pins = [ln.strip() for ln in requirements.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        lines += ["The pinned packages (`requirements.txt`):", "", "```text", *pins, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def how_to_run_markdown() -> str:
+    """Presets, the command line, the GPU workflow, data sets and interactive use, from the registry."""
+    from gradalign.data.fashion_mnist import data_root
+
+    lines = [
+        "# How to run",
+        "",
+        "Set-up on a fresh machine (Debian or Ubuntu, Python 3.11): `make book` builds this book and `make test` "
+        "runs the tests; each creates `.venv` with the pinned packages, installs `gradalign`, and prepares "
+        "Fashion-MNIST. Everything below uses `.venv/bin/gradalign`.",
+        "",
+        "## Presets",
+        "",
+        "| preset | sized for |",
+        "| --- | --- |",
+        "| `smoke` | seconds on two CPU cores: the same code path at tiny sizes (CI, nbval) |",
+        "| `cpu` | two CPU cores: exact analytic reproductions in minutes, reduced real-data runs up to an hour |",
+        "| `gpu` | one H100, up to about 30 minutes per experiment: the papers' architectures, fewer steps or seeds |",
+        "| `paper` | the published protocol: data set, architecture, iterations and seeds |",
+        "",
+        f"Every experiment defines all {len(PRESETS)}. The book shows the largest stored one "
+        "(`paper` > `gpu` > `cpu`).",
+        "",
+        "## The command line",
+        "",
+        "```bash",
+        "gradalign list                                  # every element of the four papers and its status",
+        "gradalign run lga.fig1 --preset cpu             # load the stored record, or compute and store it",
+        "gradalign run lga.fig5 --preset cpu --show-config   # every setting, by the dotted name --set takes",
+        "gradalign run lga.fig5 --set protocol.steps=2000 --set seeds=3",
+        "gradalign run lga.fig1 --force                  # recompute the record and the runs it reads",
+        "gradalign report                                # the reproduction report as Markdown",
+        "gradalign book                                  # execute changed notebooks and build this book",
+        "```",
+        "",
+        "Bad input (a wrong type, NaN, a value out of range, a device that is not there) stops with one line "
+        "and exit status 2 before anything is computed. Records go to `results/` (or `$GRADALIGN_RESULTS`); "
+        "training runs shared by several records to the run cache (`$GRADALIGN_CACHE`, default "
+        "`~/.cache/gradalign`).",
+        "",
+        "## On a GPU",
+        "",
+        "`gradalign run` needs only torch and torchvision (no Jupyter): on a GPU machine, copy the checkout, run "
+        "`gradalign run <id> --preset gpu --device cuda`, and bring back the new file under `results/`. Long runs "
+        "checkpoint and resume, so a run can be split into short commands. The next `make book` shows the `gpu` "
+        "record in place of the `cpu` one, with the GPU named beside each figure. Experiments that use the "
+        "accelerator when one is present:",
+        "",
+        ", ".join(f"`{e}`" for e, exp in EXPERIMENTS.items() if exp.uses_accelerator) + ".",
+        "",
+        "## Data sets",
+        "",
+        f"Data root: `$GRADALIGN_DATA`, else `./data` (this build: `{data_root()}`). Nothing is downloaded while "
+        "the book builds. Fashion-MNIST comes from the Debian package `dataset-fashion-mnist` "
+        "(`gradalign data` prepares it); the others load through torchvision from the files you place there.",
+        "",
+        "| data set | classes | images | where to get it |",
+        "| --- | --- | --- | --- |",
+    ]
+    for info in IMAGE_SETS.values():
+        size = f"{info.channels}×{info.image_size}×{info.image_size}"
+        lines.append(f"| {info.title} | {info.num_classes} | {size} | <https://{info.homepage}> |")
+    lines += [
+        "",
+        "## Interactive use",
+        "",
+        "Open the notebooks in Jupyter (`.venv/bin/jupyter lab notebooks/`). Each has a `parameters` cell with "
+        '`preset = "auto"`; set it to `smoke` for a run in seconds, or export `GRADALIGN_PRESET=smoke`. The '
+        "sliders (ipywidgets) work in a live session only; the built pages show the stored results. The "
+        "download button at the top of each page gives the executed notebook.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def page_base(page: Path, root: Path) -> str:
+    """The relative prefix from a page to the project root (`../` for `book/intro.md`)."""
+    return "../" * (len(page.relative_to(root).parts) - 1)
