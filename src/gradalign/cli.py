@@ -105,18 +105,26 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def _print_record(record: dict, store, loaded: bool) -> None:
+    from gradalign.report import compute_time, format_value, scale_of
+    from gradalign.runner import stale_files
+
     prov = record["provenance"]
-    print(f"{record['id']} [{record['preset']}] {record['verdict']['status']}")
+    scale = scale_of(record)
+    print(f"{record['id']} [{record['preset']}] {record['verdict']['status']}" + (f" ({scale})" if scale else ""))
     if loaded:
         print(
-            f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {prov['wall_time_s']:.1f} s "
+            f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {compute_time(record)} "
             f"on {prov['hardware']} (--force recomputes)"
         )
+        changed = stale_files(record)
+        if changed:
+            print(f"  stale: {len(changed)} library file(s) it ran changed since ({', '.join(changed[:3])}, …)")
     else:
-        print(f"  computed now in {prov['wall_time_s']:.1f} s on {prov['hardware']}")
-    for name, check in record["checks"].items():
-        value = check["value"] if not isinstance(check["value"], list) else "…"
-        print(f"  {'ok ' if check['passed'] else 'FAIL'} {name}: {check['rule']} (measured {value})")
+        print(f"  computed now in {compute_time(record)} on {prov['hardware']}")
+    for key, title in (("checks", ""), ("targets", "target (not in the verdict) ")):
+        for name, check in record.get(key, {}).items():
+            value = format_value(check["value"])
+            print(f"  {'ok ' if check['passed'] else 'FAIL'} {title}{name}: {check['rule']} (measured {value})")
     print(f"record: {store.path(record['id'], record['preset'], record['config_hash'])}")
 
 
