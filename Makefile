@@ -3,7 +3,7 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat requirements.txt pyproject.toml | sha256sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-static.txt pyproject.toml | sha256sum | cut -c1-12)
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export GRADALIGN_THREADS ?= 2
 
@@ -19,10 +19,11 @@ test: setup data browser
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-static.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps -r requirements-static.txt  # MathJax for the offline book
 	$(BIN)/pip install --quiet --no-deps -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
@@ -34,11 +35,12 @@ data: setup
 	  echo "note: Debian package dataset-fashion-mnist not installed; see README (Data)"
 	-$(BIN)/gradalign data
 
-# Headless Chromium for the test that opens the built book.
+# Headless Chromium for the tests that open the built book (playwright drives this system Chromium;
+# never `playwright install`).
 browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  (apt-get install -y -qq chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)); } || \
-	  echo "note: chromium not installed; the screenshot test will fail"
+	  echo "note: chromium not installed; tests/test_book_browser.py will fail"
 
 clean:
 	rm -rf _build

@@ -42,7 +42,7 @@ LAYERS = [
     ("benchmarks",),
     ("experiments",),
     ("results", "runner", "comparison", "report", "pages"),
-    ("plotting", "notebook", "book", "cli", "__main__"),
+    ("plotting", "notebook", "book", "book_static", "cli", "__main__"),
 ]
 
 
