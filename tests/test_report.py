@@ -83,7 +83,7 @@ def test_a_reduced_scale_failure_names_its_scale_and_is_counted_apart():
     counts = summary_counts({"a": "not reproduced", "b": "not reproduced at reduced scale", "c": "reproduced"})
     assert counts == "**1** reproduced · **1** not reproduced · **1** not reproduced at reduced scale"
     text = report_markdown("auto", ResultStore())
-    assert "**not reproduced at reduced scale** (Fashion-MNIST (paper: CIFAR-10)" in text
+    assert "**not reproduced at reduced scale**: Fashion-MNIST (paper: CIFAR-10)" in text
 
 
 def test_still_improving_counts_runs_whose_best_evaluation_is_the_last():

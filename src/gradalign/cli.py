@@ -110,7 +110,7 @@ def _print_record(record: dict, store, loaded: bool) -> None:
 
     prov = record["provenance"]
     scale = scale_of(record)
-    print(f"{record['id']} [{record['preset']}] {record['verdict']['status']}" + (f" ({scale})" if scale else ""))
+    print(f"{record['id']} [{record['preset']}] {record['verdict']['status']}" + (f": {scale}" if scale else ""))
     if loaded:
         print(
             f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {compute_time(record)} "

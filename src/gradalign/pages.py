@@ -22,6 +22,7 @@ from gradalign.report import (
     NOT_BUILT,
     SUMMARY_ORDER,
     cell,
+    commit_of,
     duration,
     element_verdict,
     page_link,
@@ -29,6 +30,7 @@ from gradalign.report import (
     shown_record,
     stale_text,
     summary_counts,
+    with_scale,
 )
 from gradalign.results import ResultStore
 
@@ -80,8 +82,7 @@ def part_elements_markdown(part: str, preset: str, store: ResultStore, base: str
     for eid, element in ELEMENTS.items():
         if element.part != part:
             continue
-        scale = scale_of(records[eid]) if records[eid] else ""
-        verdict = f"**{verdicts[eid]}**" + (f" ({cell(scale)})" if scale else "")
+        verdict = with_scale(verdicts[eid], scale_of(records[eid]) if records[eid] else "")
         lines.append(f"| {page_link(eid, base)}: {cell(element.title)} | {verdict} |")
     return "\n".join(lines)
 
@@ -120,17 +121,17 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
         "computed (the record's numbers are what that older code produced; `gradalign run <id> --force` "
         "recomputes it).",
         "",
-        "| element | preset | hardware | seeds | wall time | computed | code |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| element | preset, seeds | wall time | computed on | code |",
+        "| --- | --- | --- | --- | --- |",
     ]
     for eid, r in records.items():
         if r is None:
             continue
         prov = r["provenance"]
         lines.append(
-            f"| {page_link(eid, '../')} | `{r['preset']}` | {cell(prov['hardware'])} | "
-            f"{', '.join(map(str, prov['seeds']))} | {duration(prov['wall_time_s'])} | "
-            f"{prov['date'][:10]}, commit `{prov['git_commit'][:10]}`, torch {prov['torch']} | {stale_text(r)} |"
+            f"| {page_link(eid, '../')} | `{r['preset']}`, seed {', '.join(map(str, prov['seeds']))} | "
+            f"{duration(prov['wall_time_s'])} | {cell(prov['hardware'])}; torch {prov['torch']}; "
+            f"{prov['date'][:10]}, commit `{commit_of(r)}` | {stale_text(r)} |"
         )
     lines += ["", "## The environment of this build", ""]
     lines += [f"Python {platform.python_version()} on {platform.platform()}.", ""]
@@ -167,13 +168,18 @@ def how_to_run_markdown() -> str:
         "## The command line",
         "",
         "```bash",
-        "gradalign list                                  # every element of the four papers and its status",
-        "gradalign run lga.fig1 --preset cpu             # load the stored record, or compute and store it",
-        "gradalign run lga.fig5 --preset cpu --show-config   # every setting, by the dotted name --set takes",
+        "# every element of the four papers and its status",
+        "gradalign list",
+        "# load the stored record, or compute and store it",
+        "gradalign run lga.fig1 --preset cpu",
+        "# every setting, by the dotted name that --set takes",
+        "gradalign run lga.fig5 --preset cpu --show-config",
         "gradalign run lga.fig5 --set protocol.steps=2000 --set seeds=3",
-        "gradalign run lga.fig1 --force                  # recompute the record and the runs it reads",
-        "gradalign report                                # the reproduction report as Markdown",
-        "gradalign book                                  # execute changed notebooks and build this book",
+        "# recompute the record and the runs it reads",
+        "gradalign run lga.fig1 --force",
+        "# the reproduction report as Markdown; the book (executes the notebooks that changed)",
+        "gradalign report",
+        "gradalign book",
         "```",
         "",
         "Bad input (a wrong type, NaN, a value out of range, a device that is not there) stops with one line "

@@ -124,21 +124,31 @@ def compute_time(record: dict) -> str:
     return text
 
 
+def commit_of(record: dict) -> str:
+    """The record's commit, short, with `+dirty` when the tree had uncommitted edits."""
+    commit = record["provenance"]["git_commit"]
+    return commit[:10] + ("+dirty" if commit.endswith("+dirty") else "")
+
+
 def provenance_line(record: dict) -> str:
     prov = record["provenance"]
     seeds = ", ".join(map(str, prov["seeds"]))
     return (
         f"preset {record['preset']} · {prov['hardware']} · torch {prov['torch']} · seed {seeds} · "
-        f"{duration(prov['wall_time_s'])} · {prov['date'][:10]} · commit {prov['git_commit'][:10]}"
+        f"{duration(prov['wall_time_s'])} · {prov['date'][:10]} · commit {commit_of(record)}"
     )
+
+
+def with_scale(status: str, scale: str) -> str:
+    """`**status**: scale` for a reduced-scale verdict, `**status**` otherwise."""
+    return f"**{status}**" + (f": {cell(scale)}" if scale else "")
 
 
 def verdict_rows(records: list[dict], base: str = "") -> str:
     """One row per record: id, verdict with its scale, checks passed, the code's state and the provenance."""
     lines = ["| element | verdict | checks passed | code | computed with |", "| --- | --- | :-: | --- | --- |"]
     for r in records:
-        scale = scale_of(r)
-        verdict = f"**{r['verdict']['status']}**" + (f" ({cell(scale)})" if scale else "")
+        verdict = with_scale(r["verdict"]["status"], scale_of(r))
         passed = sum(c["passed"] for c in r["checks"].values())
         lines.append(
             f"| {page_link(r['id'], base) if base else '`' + r['id'] + '`'} | {verdict} | "
@@ -195,7 +205,7 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
             summary = f"{passed}/{len(record['checks'])} checks pass" + (
                 f"; {len(compared)} paper-vs-ours numbers below" if compared else ""
             )
-            verdict = f"**{verdicts[eid]}**" + (f" ({cell(scale)})" if scale else "")
+            verdict = with_scale(verdicts[eid], scale)
             out.append(
                 f"| {page_link(eid, base)} | {cell(ELEMENTS[eid].title)} | {verdict} | `{record['preset']}` | "
                 f"{stale_text(record, short=True)} | {summary} |"
