@@ -1,19 +1,142 @@
-"""The book's figure style and the caption that names a record's scale (paper vs ours: `gradalign.comparison`)."""
+"""The book's figure style: one size rule, one colour per method, and the caption that names a record's scale
+(paper vs ours: `gradalign.comparison`).
+
+Why a size rule. matplotlib-inline renders a figure as a PNG of `figure.dpi` pixels per inch, cropped to its
+contents plus 0.1 in on each side (`bbox_inches="tight"`), and the book shows that PNG at its natural size when
+it fits the content column, scaled down when it does not. The column of sphinx-book-theme is 790 px wide in a
+1440 px window (624 px at 1200 px, where both sidebars still show; measured in Chromium), so a 12-inch figure at
+110 dpi (1,330 px) was shown at 60% and its tick labels became 5-7 px. Here a figure is at most `PAGE_WIDTH_PX`
+(+ 20 px of crop margin) wide, so it is shown at its own size in a 1440 px window, and its smallest text is
+`SMALL_PT` points = 12.5 px (10 px in the 624 px column). Figures with many panels get more rows, not more
+width: `panels(n)` lays them out, at most `MAX_COLUMNS` to a row.
+"""
 
 from __future__ import annotations
 
+import math
+import re
+
+DPI = 100  # pixels per inch of the inline PNGs: a figure of w inches is w * DPI px on the page
+PAGE_WIDTH_PX = 760  # the widest figure: the content column (about 780-790 px) less a margin for the tight crop
+PAGE_WIDTH_IN = PAGE_WIDTH_PX / DPI
+PANEL_WIDTH_IN = 4.8  # a one-panel figure: wide enough for its labels, narrower than the column
+PANEL_HEIGHT_IN = 2.7
+MAX_COLUMNS = 3  # at the page width, three panels of about 250 px each; more would squeeze the tick labels
+FONT_PT = 10.0  # titles and axis labels: 13.9 px
+SMALL_PT = 9.0  # ticks, legends, annotations: 12.5 px (the reviewers' floor is about 9 px)
+TEXT_WIDTH_CHARS = 88  # a printed line that fits the column: 790 px holds 93 monospace characters of 8.4 px
+
 PAPER_COLOR = "0.45"
+
+METHOD_COLORS = {
+    # LGA part (§3-4): one hue per method, LGA and LGA + VAT far apart (red, purple), the supervised baseline
+    # near-black; matplotlib's tab10 hues, the same family as the default colour cycle.
+    "lga": "#d62728",
+    "lga_vat": "#9467bd",
+    "vat": "#1f77b4",
+    "vat_entmin": "#17becf",
+    "mean_teacher": "#2ca02c",
+    "pi_model": "#ff7f0e",
+    "pseudo_label": "#8c564b",
+    "supervised": "#262626",
+    # IsoLoss part: the BYOL/SimSiam loss L and the isotropic loss L_iso. No figure mixes the two parts, so
+    # these reuse two hues of the first part.
+    "L": "#1f77b4",
+    "iso": "#ff7f0e",
+}
+"""The colour of each method on every page (keys: `gradalign.training.ssl.METHODS` and the IsoLoss losses)."""
 
 
 def use_book_style() -> None:
-    """Seaborn's paper context with a white grid; one call at the top of every notebook."""
+    """Seaborn's white grid with the book's dpi and font sizes; one call at the top of every notebook. The colour
+    cycle is matplotlib's tab10, whose first six hues are far apart (seaborn's colorblind palette has two oranges)."""
     import matplotlib as mpl
     import seaborn as sns
 
-    sns.set_theme(context="notebook", style="whitegrid", palette="colorblind", font_scale=0.95)
+    sns.set_theme(context="notebook", style="whitegrid", palette="tab10")  # no two near-identical hues
+    small = {k: SMALL_PT for k in ("xtick.labelsize", "ytick.labelsize", "legend.fontsize", "legend.title_fontsize")}
     mpl.rcParams.update(
-        {"figure.dpi": 110, "savefig.dpi": 150, "axes.titlesize": "medium", "figure.constrained_layout.use": True}
+        {
+            "figure.dpi": DPI,
+            "savefig.dpi": 150,
+            "font.size": FONT_PT,
+            "axes.titlesize": FONT_PT,
+            "axes.labelsize": FONT_PT,
+            "figure.titlesize": FONT_PT + 1,
+            **small,
+            "figure.constrained_layout.use": True,
+            "lines.linewidth": 1.6,
+        }
     )
+
+
+def figure_size(columns: int = 1, rows: int = 1, height: float = PANEL_HEIGHT_IN) -> tuple[float, float]:
+    """(width, height) in inches: one panel `PANEL_WIDTH_IN` wide, several share the page width; `height` per row."""
+    if not 1 <= columns <= MAX_COLUMNS:
+        raise ValueError(f"columns must be 1 to {MAX_COLUMNS}: wider rows would shrink their text on the page")
+    return (PANEL_WIDTH_IN if columns == 1 else PAGE_WIDTH_IN), rows * height
+
+
+def panels(n: int = 1, columns: int | None = None, height: float = PANEL_HEIGHT_IN, **subplots):
+    """A figure with n panels, up to `columns` to a row (default 2), as many rows as needed; returns (fig, axes),
+    axes a flat array of n (unused grid cells removed), or the one Axes when n is 1. `subplots` goes to
+    `plt.subplots` (sharex, ...)."""
+    import matplotlib.pyplot as plt
+
+    columns = min(columns or 2, n)
+    rows = math.ceil(n / columns)
+    fig, grid = plt.subplots(rows, columns, figsize=figure_size(columns, rows, height), squeeze=False, **subplots)
+    for ax in grid.flat[n:]:
+        ax.remove()
+    axes = grid.flat[:n]
+    if rows > 1 and n % columns:  # a column whose bottom cell was removed ends one row up: label its x axis there
+        for ax in grid[-2, n % columns :]:
+            ax.xaxis.set_tick_params(labelbottom=True)
+    return fig, (axes[0] if n == 1 else axes)
+
+
+def outer_labels(axes, xlabel: str | None = None, ylabel: str | None = None) -> None:
+    """`xlabel` under the lowest panel of each column and `ylabel` left of the first column only: panels that
+    share their axes need them once. (`fig.supxlabel` would collide with `legend_below`.)"""
+    specs = [ax.get_subplotspec() for ax in axes]
+    for ax, spec in zip(axes, specs):
+        lowest = not any(s.colspan.start == spec.colspan.start and s.rowspan.start > spec.rowspan.start for s in specs)
+        if xlabel is not None and lowest:
+            ax.set_xlabel(xlabel)
+        if ylabel is not None and spec.is_first_col():
+            ax.set_ylabel(ylabel)
+
+
+def legend_below(fig, source=None, columns: int = 4, **kwargs) -> None:
+    """One legend under the whole figure, so that it covers no line. `source`: the axes whose labelled artists it
+    lists (default: the first axes), or a list of artists."""
+    if source is None or hasattr(source, "get_legend_handles_labels"):
+        handles, labels = (source or fig.axes[0]).get_legend_handles_labels()
+    else:
+        handles, labels = list(source), [h.get_label() for h in source]
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(columns, len(labels)), frameon=False, **kwargs)
+
+
+def band(ax, x, mean, std=None, *, color=None, label=None, alpha: float = 0.18, **plot) -> None:
+    """A mean line and, where the spread is known and not zero (several seeds or trials), a ± std band."""
+    import numpy as np
+
+    mean = np.asarray(mean, dtype=float)
+    (line,) = ax.plot(x, mean, color=color, label=label, **plot)
+    if std is not None and np.nanmax(np.asarray(std, dtype=float), initial=0) > 0:
+        std = np.asarray(std, dtype=float)
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=alpha, lw=0)
+
+
+def log_ticks(ax, values, axis: str = "x") -> None:
+    """A log axis labelled at `values` themselves: matplotlib's own minor labels (2x10^2, 3x10^2, ...) overlap
+    when an axis spans one or two decades."""
+    from matplotlib.ticker import NullLocator
+
+    which = ax.xaxis if axis == "x" else ax.yaxis
+    getattr(ax, f"set_{axis}scale")("log")
+    which.set_minor_locator(NullLocator())
+    getattr(ax, f"set_{axis}ticks")(list(values), [f"{v:g}" for v in values])
 
 
 def ramp(n: int):
@@ -24,9 +147,31 @@ def ramp(n: int):
 
 
 def scale_caption(record: dict) -> str:
-    """One line naming the preset, hardware, seeds and wall time that produced a record."""
-    prov = record["provenance"]
-    return (
-        f"preset `{record['preset']}` · {prov['hardware']} · torch {prov['torch']} · "
-        f"seed(s) {', '.join(map(str, prov['seeds']))} · {prov['wall_time_s']:.1f} s · {prov['date'][:10]}"
-    )
+    """One plain-text line naming the preset, seeds, wall time, hardware, torch and date of a record.
+
+    Pages print it in a code output, which does not wrap: so no Markdown, and at most `TEXT_WIDTH_CHARS`
+    characters (the torch version, then the date, are left out of a line that would be longer)."""
+    prov, cfg = record["provenance"], record.get("config", {})
+    first = prov["seeds"][0]
+    count = cfg.get("seeds") if isinstance(cfg.get("seeds"), int) else len(prov["seeds"])
+    seeds = f"seed {first}" if count == 1 else f"seeds {first}-{first + count - 1}"
+    wall = prov["wall_time_s"]
+    took = f"{wall:.1f} s" if wall < 120 else f"{wall / 60:.1f} min" if wall < 7200 else f"{wall / 3600:.1f} h"
+    parts = [f"preset {record['preset']}", seeds, f"{took} on {_hardware(prov['hardware'])}"]
+    optional = [f"torch {prov['torch']}", prov["date"][:10]]
+    while optional and len(" · ".join(parts + optional)) > TEXT_WIDTH_CHARS:
+        optional.pop(0)
+    return " · ".join(parts + optional)
+
+
+def _hardware(text: str) -> str:
+    """'CPU: Intel(R) Xeon(R) Processor, 2 threads of 2 cores' -> 'Intel Xeon, 2 threads'."""
+    text = re.sub(r"\((R|TM)\)| CPU\b| Processor\b|^CPU: ", "", text)
+    return re.sub(r"(\d+) threads? of \d+ cores", lambda m: f"{m[1]} thread{'s' if m[1] != '1' else ''}", text)
+
+
+def fit(text: str) -> str:
+    """`text` wrapped to the width of a code output (`TEXT_WIDTH_CHARS`), which the page would otherwise cut off."""
+    import textwrap
+
+    return textwrap.fill(text, TEXT_WIDTH_CHARS, subsequent_indent="  ", break_on_hyphens=False)
