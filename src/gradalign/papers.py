@@ -87,3 +87,69 @@ PAPER_NUMBERS = {
     "metagrad.tab1": METAGRAD_TABLE1,
     "isoloss.tab1": ISOLOSS_TABLE1,
 }
+
+# Yang et al. (2024), SGR. Accuracies in percent (mean, std over the paper's trials), as printed.
+SGR_TABLE3 = {
+    # Table 3: local training on CIFAR-10, each ResNet-32 / PlainNet block a local module (K = 16),
+    # local head conv + linear. Test accuracy %.
+    "layer-wise": {"resnet32": (84.49, 0.36), "plainnet32": (80.66, 0.42)},
+    "reforward": {"resnet32": (84.38, 0.52), "plainnet32": (80.74, 0.44)},
+    "sgr": {"resnet32": (85.65, 0.38), "plainnet32": (81.67, 0.29)},
+}
+
+SGR_TABLE4 = {
+    # Table 4: BP-free PlainNet, fixed ETF heads, test accuracy %. The FA / DRTP / PEPITA rows are quoted
+    # by the paper from Dellaferrera & Kreiman (2022), not run by its authors.
+    "FA": {"cifar10": (57.51, 0.57), "cifar100": (27.15, 0.53)},
+    "DRTP": {"cifar10": (50.53, 0.81), "cifar100": (20.14, 0.68)},
+    "PEPITA": {"cifar10": (56.33, 1.35), "cifar100": (27.56, 0.60)},
+    "layer-wise": {"cifar10": (69.17, 0.91), "cifar100": (48.30, 0.64)},
+    "reforward": {"cifar10": (69.05, 0.63), "cifar100": (47.12, 0.55)},
+    "sgr": {"cifar10": (72.40, 0.75), "cifar100": (49.41, 0.44)},
+}
+
+SGR_TABLE6 = {
+    # Table 6: ResNet-32 with K local modules, test accuracy %. Global BP: CIFAR-10 92.82 ± 0.22,
+    # CIFAR-100 74.78 ± 0.31. (Two cells are printed with a comma, "70,68" and "70,59": read as decimals.)
+    "global_bp": {"cifar10": (92.82, 0.22), "cifar100": (74.78, 0.31)},
+    "greedy": {
+        "cifar10": {16: (76.96, 0.54), 3: (85.12, 0.35), 2: (90.06, 0.43)},
+        "cifar100": {16: (48.77, 0.41), 3: (63.55, 0.32), 2: (70.68, 0.38)},
+    },
+    "dgl": {
+        "cifar10": {16: (84.01, 0.40), 3: (87.61, 0.51), 2: (91.05, 0.27)},
+        "cifar100": {16: (63.31, 0.28), 3: (70.59, 0.39), 2: (72.34, 0.31)},
+    },
+    "infopro": {
+        "cifar10": {16: (85.69, 0.47), 3: (90.43, 0.36), 2: (91.74, 0.29)},
+        "cifar100": {16: (66.27, 0.44), 3: (71.44, 0.24), 2: (73.59, 0.25)},
+    },
+    "sgr": {
+        "cifar10": {16: (85.65, 0.38), 3: (91.34, 0.45), 2: (92.91, 0.36)},
+        "cifar100": {16: (66.61, 0.31), 3: (72.15, 0.27), 2: (74.63, 0.20)},
+    },
+}
+
+SGR_TABLE7 = {
+    # Table 7: VGG of depth d on CIFAR-10, test accuracy % (one number per cell; None: "fail").
+    "depths": (12, 17, 27, 37, 47, 57),
+    "global_bp": (90.76, 90.95, 90.46, 78.47, 37.68, None),
+    "sgr": (84.81, 86.38, 86.95, 86.09, 85.30, 85.51),
+}
+
+SGR_TABLE5_MEMORY = {
+    # Table 5: ImageNet, memory per GPU in GB at batch 256 (8 A100s), with the method's K.
+    "resnet50": {"global_bp": (None, 21.49), "infopro": ((2, 21.59), (3, 18.73)), "sgr": ((2, 17.91), (3, 15.34))},
+    "resnet101": {"global_bp": (None, 31.70), "infopro": ((2, 26.14), (3, 21.87)), "sgr": ((2, 22.99), (3, 18.18))},
+    "vit_small": {"global_bp": (None, 20.70), "infopro": ((3, 14.96),), "sgr": ((3, 11.73),)},
+    "swin_tiny": {"global_bp": (None, 26.78), "infopro": ((2, 23.34),), "sgr": ((3, 15.83),)},
+    "swin_small": {"global_bp": (None, 42.60), "infopro": ((2, 33.08),), "sgr": ((3, 22.83),)},
+}
+
+SGR_TABLE8 = {
+    # Table 8 (Appendix D, Eq. 35): FLOPs of the SGR gradient of one block y = ReLU(W x), W: m × n.
+    "A = dL/dy ⊗ σ'(Wx)": "O(m)",
+    "B = (Wᵀ A − g)ᵀ": "O((2m − 1) n + n)",
+    "A · B": "O(mn)",
+    "total": "O(3mn + m)",
+}
