@@ -176,5 +176,30 @@ def test_the_compute_page_lists_every_record_and_the_pinned_environment():
     for element_id in ("lga.fig1", "lga.fig5", "isoloss.tab1"):
         assert f"[`{element_id}`]" in text
     assert "torch==" in text and "commit `" in text
+    fig5 = next(line for line in text.splitlines() if line.startswith("| [`lga.fig5`]"))
+    assert "training (stored runs)" in fig5  # not the 0.0 s it took to assemble from the run store
     how = how_to_run_markdown()
     assert "--device cuda" in how and "Fashion-MNIST" in how and "GRADALIGN_PRESET=smoke" in how
+
+
+def test_scale_caption_names_the_training_time_of_shared_runs():
+    from gradalign.plotting import TEXT_WIDTH_CHARS, scale_caption
+
+    record = {
+        "preset": "cpu",
+        "config": {"seeds": 1},
+        "metrics": {"train_seconds": 2630.0},
+        "provenance": {
+            "seeds": [0],
+            "wall_time_s": 0.02,
+            "hardware": "CPU: AMD EPYC 7B13, 1 thread of 2 cores",
+            "torch": "2.13.0+cpu",
+            "date": "2026-11-21T10:00:00+00:00",
+        },
+    }
+    line = scale_caption(record)
+    assert "43.8 min training (stored runs)" in line and "0.0 s" not in line
+    assert len(line) <= TEXT_WIDTH_CHARS
+    record["metrics"] = {}
+    record["provenance"]["wall_time_s"] = 7.5
+    assert "7.5 s on AMD EPYC 7B13, 1 thread" in scale_caption(record)

@@ -130,7 +130,7 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
         prov = r["provenance"]
         lines.append(
             f"| {page_link(eid, '../')} | `{r['preset']}`, seed {', '.join(map(str, prov['seeds']))} | "
-            f"{duration(prov['wall_time_s'])} | {cell(prov['hardware'])}; torch {prov['torch']}; "
+            f"{_wall(r)} | {cell(prov['hardware'])}; torch {prov['torch']}; "
             f"{prov['date'][:10]}, commit `{commit_of(r)}` | {stale_text(r)} |"
         )
     lines += ["", "## The environment of this build", ""]
@@ -140,6 +140,14 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
         pins = [ln.strip() for ln in requirements.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
         lines += ["The pinned packages (`requirements.txt`):", "", "```text", *pins, "```"]
     return "\n".join(lines) + "\n"
+
+
+def _wall(record: dict) -> str:
+    """The record's wall time; for a record assembled from stored runs, the training time of those runs."""
+    wall, trained = record["provenance"]["wall_time_s"], record["metrics"].get("train_seconds")
+    if isinstance(trained, (int, float)) and trained > wall:
+        return f"{duration(trained)} training (stored runs); assembled in {duration(wall)}"
+    return duration(wall)
 
 
 def how_to_run_markdown() -> str:

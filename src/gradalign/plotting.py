@@ -155,13 +155,22 @@ def scale_caption(record: dict) -> str:
     first = prov["seeds"][0]
     count = cfg.get("seeds") if isinstance(cfg.get("seeds"), int) else len(prov["seeds"])
     seeds = f"seed {first}" if count == 1 else f"seeds {first}-{first + count - 1}"
-    wall = prov["wall_time_s"]
-    took = f"{wall:.1f} s" if wall < 120 else f"{wall / 60:.1f} min" if wall < 7200 else f"{wall / 3600:.1f} h"
+    wall, trained = prov["wall_time_s"], record.get("metrics", {}).get("train_seconds")
+    if isinstance(trained, (int, float)) and trained > wall:  # assembled from stored runs: their training time
+        took = f"{_duration(trained)} training (stored runs)"
+    else:
+        took = _duration(wall)
     parts = [f"preset {record['preset']}", seeds, f"{took} on {_hardware(prov['hardware'])}"]
     optional = [f"torch {prov['torch']}", prov["date"][:10]]
     while optional and len(" · ".join(parts + optional)) > TEXT_WIDTH_CHARS:
         optional.pop(0)
     return " · ".join(parts + optional)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _hardware(text: str) -> str:
