@@ -22,7 +22,9 @@ def etf_matrix(dim: int, classes: int, generator: torch.Generator | None = None,
         raise ValueError(f"an ETF of {classes} classes needs a feature size of at least {classes}, got {dim}")
     gauss = torch.randn(dim, classes, generator=generator, dtype=torch.float64)
     p, _ = torch.linalg.qr(gauss)  # d × K, orthonormal columns
-    centre = torch.eye(classes, dtype=torch.float64) - torch.full((classes, classes), 1.0 / classes, dtype=torch.float64)
+    centre = torch.eye(classes, dtype=torch.float64) - torch.full(
+        (classes, classes), 1.0 / classes, dtype=torch.float64
+    )
     return (math.sqrt(classes / (classes - 1)) * p @ centre).to(dtype)
 
 

@@ -1,0 +1,206 @@
+"""SGR part, memory (notebook sgr/03): the activation memory of one training step, local against global BP.
+
+The paper (Yang et al. 2024, Table 5 and §4) measures the GPU memory of whole ImageNet trainings (ResNet-50/101,
+ViT-S, Swin-T/S at batch 256) and claims local learning with SGR saves memory, more than 40 % on several of
+them. Here the saving is measured exactly on the networks this book trains: ResNet-32, PlainNet-32 (Tables 3
+and 6) and a VGG of Table 7, at the paper's CIFAR input (batch 128 of 32×32×3 images). The quantity is the
+bytes autograd saves for backward (`gradalign.analysis.activation_memory`: each storage once, parameters and
+buffers left out), for global BP (the whole graph alive) and for K local modules, each with its local head
+(Belilovsky et al.'s, as SGR's CIFAR experiments) and freed before the next module runs: peak = the max over
+modules. Two local objectives: layer-wise (the local loss only) and SGR (Eq. 5, whose input gradient is
+taken with `create_graph=True`: its graph is counted too). On a CUDA device the same steps also run for real
+and `torch.cuda.max_memory_allocated` is recorded beside the exact counts (which are always computed on the
+CPU, so a record's exact numbers do not depend on where it ran).
+
+The checks test the paper's claims (local learning saves memory; more modules save more, as Table 5's K = 3
+against K = 2). The project's own goals (≤ 0.3× global BP at K = 16 and ≤ 0.7× at K = 2, for SGR on ResNet-32)
+are targets, shown apart from the verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gradalign.config import Config, require
+from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
+
+NOTEBOOK = "notebooks/sgr/03_memory.ipynb"
+RESNET_SPLITS = (16, 3, 2)  # App. E: K = 16 (stem and each block), 3 (by resolution), 2 (last stage apart)
+MEMORY_TARGETS = {16: 0.3, 2: 0.7}  # the project's goals for SGR on ResNet-32 (not the paper's claims)
+TARGET_NETWORK = "resnet32"
+
+
+@dataclass(frozen=True)
+class MemoryConfig(Config):
+    """One batch of random images (memory does not depend on the pixel values) through each network."""
+
+    batch: int = 128  # App. E: batch 128 on CIFAR
+    image_size: int = 32
+    in_channels: int = 3
+    classes: int = 10
+    resnet_splits: tuple[int, ...] = RESNET_SPLITS
+    resnet_width: float = 1.0
+    vgg_depth: int = 57  # our choice: the deepest VGG of Table 7, where global BP fails in the paper
+    vgg_width: float = 1.0
+    head: str = "belilovsky"  # SGR's CIFAR local head (App. E)
+
+    def validate(self) -> None:
+        from gradalign.models.local_heads import HEADS
+        from gradalign.models.vgg_deep import VGG_DEPTHS
+
+        super().validate()
+        require(self, "batch", self.batch >= 2, "must be >= 2 (BatchNorm in training mode needs two samples)")
+        require(self, "image_size", self.image_size >= 8, "must be >= 8 pixels")
+        require(self, "in_channels", self.in_channels >= 1, "must be >= 1")
+        require(self, "classes", self.classes >= 2, "must be >= 2")
+        require(self, "resnet_splits", len(self.resnet_splits) >= 1, "must name at least one K")
+        require(self, "resnet_splits", all(k in RESNET_SPLITS for k in self.resnet_splits), "must be among 16, 3, 2")
+        require(self, "resnet_splits", len(set(self.resnet_splits)) == len(self.resnet_splits), "must not repeat")
+        require(self, "vgg_depth", self.vgg_depth in VGG_DEPTHS, f"must be one of Table 7's depths {VGG_DEPTHS}")
+        for name in ("resnet_width", "vgg_width"):
+            require(self, name, getattr(self, name) > 0, "must be > 0")
+        require(self, "head", self.head in HEADS, f"must be one of {sorted(HEADS)}")
+
+
+def memory_checks(ratios: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict]:
+    """The paper's claims on the measured ratios {network: {method: {K: peak(K) / peak(global BP)}}}."""
+    worst = {
+        f"{net}/{method}": max(by_k.values()) for net, methods in ratios.items() for method, by_k in methods.items()
+    }
+    falling = {}
+    for net, methods in ratios.items():
+        by_k = methods["sgr"]
+        ordered = [by_k[k] for k in sorted(by_k, key=int, reverse=True)] + [1.0]  # finest split first, then BP
+        falling[net] = all(a < b for a, b in zip(ordered, ordered[1:]))
+    return {
+        "local_learning_saves_memory": check(
+            all(r < 1 for r in worst.values()),
+            worst,
+            "peak saved bytes of every local split / global BP < 1, every network, layer-wise and SGR",
+            "local learning, with or without SGR, needs less activation memory than global BP (Table 5)",
+        ),
+        "more_modules_less_memory": check(
+            all(falling.values()),
+            falling,
+            "SGR's peak strictly falls as K grows (ratio at the finest K < ... < coarsest K < 1)",
+            "more local modules save more memory (Table 5: K = 3 below K = 2 for ResNet-50 and ResNet-101)",
+        ),
+    }
+
+
+def memory_targets(ratios: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict]:
+    """The project's memory goals for SGR on ResNet-32 (not claims of the paper): targets beside the verdict."""
+    measured = ratios.get(TARGET_NETWORK, {}).get("sgr", {})
+    return {
+        f"resnet32_sgr_k{k}": check(
+            measured[str(k)] <= limit,
+            measured[str(k)],
+            f"SGR peak saved bytes at K = {k} / global BP <= {limit} (ResNet-32, batch of the preset)",
+            f"one SGR step with K = {k} needs at most {limit}x the activation memory of global BP (project goal)",
+        )
+        for k, limit in MEMORY_TARGETS.items()
+        if str(k) in measured
+    }
+
+
+def paper_table5_ratios() -> list[dict]:
+    """Table 5's memory column as ratios to global BP (theirs: ImageNet, whole-GPU memory at batch 256)."""
+    from gradalign.papers import SGR_TABLE5_MEMORY
+
+    rows = []
+    for network, cells in SGR_TABLE5_MEMORY.items():
+        global_gb = cells["global_bp"][1]
+        for method in ("sgr", "infopro"):
+            for k, gb in cells[method]:
+                rows.append({"network": network, "method": method, "K": k, "memory_gb": gb, "ratio": gb / global_gb})
+    return rows
+
+
+def _networks(cfg: MemoryConfig) -> dict[str, tuple[torch.nn.Module, tuple[int, ...]]]:
+    from gradalign.models.resnet_cifar import resnet32
+    from gradalign.models.vgg_deep import VGG_STAGES, vgg_deep
+
+    args = (cfg.classes, cfg.in_channels)
+    vgg_splits = (cfg.vgg_depth - 2, VGG_STAGES)  # our choice: each conv layer a module, and one per stage
+    return {
+        "resnet32": (resnet32(*args, width=cfg.resnet_width), cfg.resnet_splits),
+        "plainnet32": (resnet32(*args, width=cfg.resnet_width, plain=True), cfg.resnet_splits),
+        f"vgg{cfg.vgg_depth}": (vgg_deep(cfg.vgg_depth, *args, width=cfg.vgg_width), vgg_splits),
+    }
+
+
+def activation_memory(cfg: MemoryConfig, device) -> dict:
+    """Peak saved bytes of one step for every network, K and method; ratios to global BP; checks and targets."""
+    from gradalign.analysis.activation_memory import METHODS, cuda_step_peak_bytes, step_activation_memory
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    x = torch.randn(cfg.batch, cfg.in_channels, cfg.image_size, cfg.image_size, generator=gen)
+    y = torch.randint(0, cfg.classes, (cfg.batch,), generator=gen)
+    on_cuda = torch.device(device).type == "cuda"
+    rows, global_bytes, ratios, cuda_rows = [], {}, {}, []
+    for name, (model, splits) in _networks(cfg).items():
+        torch.manual_seed(cfg.seed)
+        global_bytes[name] = step_activation_memory(model, 1, x, y, cfg.head)["peak_bytes"]
+        ratios[name] = {}
+        for method in METHODS:
+            ratios[name][method] = {}
+            for k in splits:
+                measured = step_activation_memory(model, k, x, y, cfg.head, method)
+                ratio = measured["peak_bytes"] / global_bytes[name]
+                ratios[name][method][str(k)] = ratio
+                rows.append({"network": name, "method": method, "K": k, "ratio": ratio, **_bytes_of(measured)})
+        if on_cuda:
+            cuda_rows += _cuda_rows(name, model, splits, x, y, cfg.head, device, cuda_step_peak_bytes, METHODS)
+    metrics = {"global_bp_bytes": global_bytes, "rows": rows, "ratios": ratios, "paper_table5": paper_table5_ratios()}
+    if on_cuda:
+        metrics["cuda_peak"] = cuda_rows
+    return outcome(memory_checks(ratios), metrics, scope="exact", targets=memory_targets(ratios))
+
+
+def _bytes_of(measured: dict) -> dict:
+    return {"peak_bytes": measured["peak_bytes"], "per_module_bytes": measured["per_module_bytes"]}
+
+
+def _cuda_rows(name, model, splits, x, y, head, device, measure, methods) -> list[dict]:
+    """torch.cuda.max_memory_allocated of real steps (global BP, then each method and K), with ratios."""
+    model = model.to(device)
+    x, y = x.to(device), y.to(device)
+    global_peak = measure(model, 1, x, y, head)
+    rows = [{"network": name, "method": "global_bp", "K": 1, "peak_bytes": global_peak, "ratio": 1.0}]
+    for method in methods:
+        for k in splits:
+            peak = measure(model, k, x, y, head, method)
+            rows.append({"network": name, "method": method, "K": k, "peak_bytes": peak, "ratio": peak / global_peak})
+    model.to("cpu")
+    return rows
+
+
+SMOKE = {"batch": 4, "image_size": 16, "vgg_width": 0.25}
+
+EXPERIMENTS = [
+    Experiment(
+        "sgr.mem",
+        activation_memory,
+        MemoryConfig,
+        same_as_cpu({}, SMOKE),
+        1,
+        NOTEBOOK,
+        uses_accelerator=True,
+        note="the exact counts run on the CPU; on a CUDA device the record adds torch.cuda.max_memory_allocated "
+        "of the same steps",
+        choices={
+            "quantity": "bytes of the tensors autograd saves for backward, each storage once, parameters and "
+            "buffers excluded, the input batch counted where a layer saves it; the peak of a local step is the "
+            "max over modules of module + local head + loss",
+            "models": "ResNet-32 and PlainNet-32 with 1x1-conv shortcuts (InfoPro's ResNet-32); VGG-57 of Table 7 "
+            "without BN, split into its 55 conv layers and into its 5 stages (the paper gives no VGG split)",
+            "local head": "Belilovsky et al.'s k = 2 head (conv3x3 C->C, BN, ReLU, 2x2 pool, BN, linear) on every "
+            "module but the last, which uses the network's own classifier",
+            "SGR": "Eq. 5 as methods.sgr.module_step builds it (lambda = 1, mean reduction); the stored delta "
+            "(one tensor of the module input's size) is not a saved tensor and is not counted",
+            "batch": "128 random 32x32x3 images (App. E's CIFAR batch); memory does not depend on pixel values",
+        },
+    ),
+]
