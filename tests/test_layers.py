@@ -24,6 +24,7 @@ LAYERS = [
         "atomic",
         "verdict",
         "environment",
+        "toc",
         "fingerprint",
         "runtime",
         "progress",

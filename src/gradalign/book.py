@@ -21,30 +21,10 @@ from gradalign.environment import project_root
 from gradalign.errors import ConfigError
 from gradalign.fingerprint import PACKAGE, library_closure
 from gradalign.results import ResultStore
+from gradalign.toc import toc_files
 
 GENERATED = ("book/report", "book/how_to_run", "book/compute")  # written from the store at build time
 CELL_TIMEOUT_S = 1800  # a hung cell fails the build instead of stalling it
-
-
-def toc_files(root: Path) -> list[str]:
-    """Every `file:` entry of `_toc.yml` (the root page included), in order."""
-    import yaml
-
-    toc = yaml.safe_load((root / "_toc.yml").read_text())
-    files = [toc["root"]]
-
-    def walk(node):
-        if isinstance(node, dict):
-            if "file" in node:
-                files.append(node["file"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-
-    walk(toc.get("parts", toc.get("chapters", [])))
-    return files
 
 
 def notebook_code(path: Path) -> str:

@@ -14,6 +14,7 @@ from gradalign.elements import ELEMENTS, PARTS
 from gradalign.experiments import EXPERIMENTS
 from gradalign.results import ResultStore
 from gradalign.runner import element_status, stale_files, stored_record
+from gradalign.toc import in_book
 from gradalign.verdict import STATUSES
 
 NO_RECORD = "no stored record"
@@ -59,9 +60,10 @@ def stale_text(record: dict, short: bool = False) -> str:
 
 
 def page_link(element_id: str, base: str) -> str:
-    """`id` linked to its page (paths relative to the project root, prefixed by `base`), else plain."""
+    """`id` linked to its page (paths relative to the project root, prefixed by `base`); plain when the element
+    has no page in the book (not built, or built but its page not yet listed in `_toc.yml`)."""
     exp = EXPERIMENTS.get(element_id)
-    if exp is None:
+    if exp is None or not in_book(exp.notebook):
         return f"`{element_id}`"
     return f"[`{element_id}`]({base}{exp.notebook})"
 
