@@ -203,3 +203,14 @@ def test_scale_caption_names_the_training_time_of_shared_runs():
     record["metrics"] = {}
     record["provenance"]["wall_time_s"] = 7.5
     assert "7.5 s on AMD EPYC 7B13, 1 thread" in scale_caption(record)
+
+
+def test_an_id_links_to_its_page_only_when_the_page_is_in_the_book(tmp_path, monkeypatch):
+    from gradalign import report, toc
+
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nparts:\n  - chapters:\n      - file: x/a\n")
+    assert toc.toc_files(tmp_path) == ["book/intro", "x/a"]
+    assert toc.in_book("x/a.ipynb", tmp_path) and not toc.in_book("x/b.ipynb", tmp_path)
+    assert report.page_link("lga.fig1", "../") == "[`lga.fig1`](../notebooks/lga/01_linear_regression.ipynb)"
+    monkeypatch.setattr(report, "in_book", lambda notebook: False)  # an element registered before its page is listed
+    assert report.page_link("lga.fig1", "../") == "`lga.fig1`"
