@@ -458,11 +458,31 @@ def _smoke_names(exp_id: str) -> list[str]:
     return call(key)
 
 
+ENUMERATED_ELSEWHERE = {  # parts whose failing cases live beside their own tests
+    "sgr": ("tests/test_sgr_theory.py", "tests/test_sgr_training.py", "tests/test_activation_memory.py"),
+}
+
+
 def test_every_experiment_is_enumerated():
-    assert set(EXPECTED) == set(EXPERIMENTS)
+    here = {i for i in EXPERIMENTS if i.split(".")[0] not in ENUMERATED_ELSEWHERE}
+    assert set(EXPECTED) == here
 
 
-@pytest.mark.parametrize("exp_id", list(EXPERIMENTS))
+def test_every_other_experiment_has_its_failing_cases_beside_its_tests():
+    """The sgr checks are fed failing cases in the part's own test files: each `*_checks` function is named there."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    for part, files in ENUMERATED_ELSEWHERE.items():
+        text = "".join((root / f).read_text() for f in files)
+        for exp in (e for i, e in EXPERIMENTS.items() if i.startswith(part + ".")):
+            module = __import__(exp.run.__module__, fromlist=["_"])
+            check_fns = [n for n in vars(module) if n.endswith("_checks") and callable(getattr(module, n))]
+            assert check_fns, f"{exp.id}: its module has no *_checks function"
+            assert all(n in text for n in check_fns), f"{exp.id}: {check_fns} not all fed failing cases in {files}"
+
+
+@pytest.mark.parametrize("exp_id", list(EXPECTED))
 def test_check_functions_produce_the_experiments_names(exp_id):
     assert _smoke_names(exp_id) == EXPECTED[exp_id]
 

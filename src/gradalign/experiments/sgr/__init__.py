@@ -1,15 +1,6 @@
-"""SGR part (Yang et al. 2024): one module per notebook."""
+"""SGR part (Yang et al. 2024): the experiments of each module, in the order of the book's pages."""
 
-from importlib import import_module
+from gradalign.experiments.sgr import gradient_cost, local_bp, memory, theory, two_layer
 
-_MODULES = ("theory", "local_bp", "memory")  # TEMPORARY while the part is being built: missing ones skipped
-
-EXPERIMENTS = []
-for _name in _MODULES:
-    try:
-        _module = import_module(f"{__name__}.{_name}")
-    except ModuleNotFoundError as err:
-        if err.name == f"{__name__}.{_name}":
-            continue
-        raise
-    EXPERIMENTS += _module.EXPERIMENTS
+EXPERIMENTS = theory.EXPERIMENTS + two_layer.EXPERIMENTS + gradient_cost.EXPERIMENTS + local_bp.EXPERIMENTS
+EXPERIMENTS += memory.EXPERIMENTS
