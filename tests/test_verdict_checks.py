@@ -460,6 +460,7 @@ def _smoke_names(exp_id: str) -> list[str]:
 
 ENUMERATED_ELSEWHERE = {  # parts whose failing cases live beside their own tests
     "sgr": ("tests/test_sgr_theory.py", "tests/test_sgr_training.py", "tests/test_activation_memory.py"),
+    "metagrad": ("tests/test_metagrad.py",),
 }
 
 
@@ -469,7 +470,8 @@ def test_every_experiment_is_enumerated():
 
 
 def test_every_other_experiment_has_its_failing_cases_beside_its_tests():
-    """The sgr checks are fed failing cases in the part's own test files: each `*_checks` function is named there."""
+    """The sgr and metagrad checks are fed failing cases in the part's own test files: each `*_checks` function
+    is named there."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]

@@ -153,3 +153,47 @@ SGR_TABLE8 = {
     "A · B": "O(mn)",
     "total": "O(3mn + m)",
 }
+
+METAGRAD_TABLE6 = (
+    # Zhang et al. (2020), Table 6: Conv-Large on 32 x 32 inputs, one row per layer as printed. The second
+    # MaxPooling row prints 128 filters; the layer passes the 256 channels of the convolutions before it.
+    {"layer": "Convolution", "filters": 128, "kernel": 3, "stride": 1, "padding": 1, "output": 32},
+    {"layer": "Convolution", "filters": 128, "kernel": 3, "stride": 1, "padding": 1, "output": 32},
+    {"layer": "Convolution", "filters": 128, "kernel": 3, "stride": 1, "padding": 1, "output": 32},
+    {"layer": "MaxPooling", "filters": 128, "kernel": 2, "stride": 2, "padding": 0, "output": 16},
+    {"layer": "Dropout", "p": 0.5, "output": 16},
+    {"layer": "Convolution", "filters": 256, "kernel": 3, "stride": 1, "padding": 1, "output": 16},
+    {"layer": "Convolution", "filters": 256, "kernel": 3, "stride": 1, "padding": 1, "output": 16},
+    {"layer": "Convolution", "filters": 256, "kernel": 3, "stride": 1, "padding": 1, "output": 16},
+    {"layer": "MaxPooling", "filters": 128, "kernel": 2, "stride": 2, "padding": 0, "output": 8},
+    {"layer": "Dropout", "p": 0.5, "output": 8},
+    {"layer": "Convolution", "filters": 512, "kernel": 3, "stride": 1, "padding": 0, "output": 6},
+    {"layer": "Convolution", "filters": 256, "kernel": 1, "stride": 1, "padding": 0, "output": 6},
+    {"layer": "Convolution", "filters": 128, "kernel": 1, "stride": 1, "padding": 0, "output": 6},
+    {"layer": "AvgPooling", "filters": 128, "kernel": 6, "stride": 1, "padding": 0, "output": 1},
+    {"layer": "Linear", "in": 128, "out": 10, "output": 1},
+)
+
+METAGRAD_TABLE4 = {
+    # Zhang et al. (2020), Table 4: ablation, test error %, Conv-Large, 1k / 4k / 10k labels.
+    "labeled only": {"svhn": 9.76, "cifar10": 15.43, "cifar100": 38.74},
+    "meta": {"svhn": 3.68, "cifar10": 11.63, "cifar100": 35.40},
+    "mixup": {"svhn": 5.60, "cifar10": 11.10, "cifar100": 32.67},
+    "meta + mixup": {"svhn": 3.15, "cifar10": 7.78, "cifar100": 30.74},
+}
+
+METAGRAD_TABLE2 = {
+    # Zhang et al. (2020), Table 2: ResNet-26 shake-shake 2x96d, test error %, by number of labels.
+    "fastSWA": {"cifar10": {1000: 6.6, 2000: 5.7, 4000: 5.0}, "cifar100": {10000: 28.0}},
+    "ours": {"cifar10": {1000: 6.3, 2000: 5.2, 4000: 4.1}, "cifar100": {6000: 26.7, 8000: 25.1, 10000: 22.9}},
+}
+
+METAGRAD_TABLE3 = {
+    # Zhang et al. (2020), Table 3: ImageNet, 10 % labels, ResNet-18, error % (top-1, top-5).
+    "Labeled-Only": (53.65, 31.01),
+    "MT": (49.07, 23.59),
+    "Co-training": (46.50, 22.73),
+    "ADA-Net": (44.91, 21.18),
+    "Ours": (44.87, 18.88),
+    "Fully-Supervised": (29.15, 10.12),
+}

@@ -13,10 +13,10 @@ from gradalign.elements import element
 
 
 def _collect() -> dict[str, Experiment]:
-    from gradalign.experiments import isoloss, lga, sgr
+    from gradalign.experiments import isoloss, lga, metagrad, sgr
 
     experiments = {}
-    for exp in lga.EXPERIMENTS + isoloss.EXPERIMENTS + sgr.EXPERIMENTS:
+    for exp in lga.EXPERIMENTS + metagrad.EXPERIMENTS + isoloss.EXPERIMENTS + sgr.EXPERIMENTS:
         element(exp.id)  # every experiment belongs to a REPRODUCE.md element
         experiments[exp.id] = exp
     return experiments
