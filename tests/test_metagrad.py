@@ -198,7 +198,7 @@ PASSING = {
     },
     algorithm2.alg2_checks: {
         "code_vs_eq11": 7e-17,
-        "fd_vs_jvp": 2.2e-6,
+        "fd_error_at_paper_c": 0.022,
         "min_entry": 0.066,
         "row_sum_error": 2.2e-16,
         "beta_moments": {"1.0": {"mean_z": 0.24, "var_z": 0.30}, "0.1": {"mean_z": -0.02, "var_z": -0.47}},
@@ -224,7 +224,7 @@ FAILING = [
     (theorems.thm2_checks, "bound_holds", {"min_sq_grad": [27.5, 22.6, 12.2, 200.0]}),  # above C/√T at the last T
     (theorems.thm2_checks, "rate_at_least_theorem", {"slope": -0.3}),
     (algorithm2.alg2_checks, "code_is_eq11_times_batch_over_alpha", {"code_vs_eq11": 1e-6}),
-    (algorithm2.alg2_checks, "difference_quotient_near_jvp", {"fd_vs_jvp": 0.01}),
+    (algorithm2.alg2_checks, "difference_quotient_near_jvp", {"fd_error_at_paper_c": 0.2}),
     (algorithm2.alg2_checks, "pseudo_labels_are_distributions", {"min_entry": -0.01}),
     (algorithm2.alg2_checks, "pseudo_labels_are_distributions", {"row_sum_error": 1e-6}),
     (
@@ -271,6 +271,7 @@ BAD = [
     ("metagrad.thm2", {"horizons": [10, 5]}, "horizons"),
     ("metagrad.thm2", {"batch": 100}, "batch"),
     ("metagrad.alg2", {"width": 1.5}, "width"),
+    ("metagrad.alg2", {"cs": [0.1, 0.001]}, "cs"),
     ("metagrad.tab6", {"size": 16}, "size"),
 ]
 
@@ -279,3 +280,12 @@ BAD = [
 def test_bad_settings_are_refused_before_any_compute(exp_id, override, field):
     with pytest.raises(ConfigError, match=field):
         EXPERIMENTS[exp_id].resolve("smoke", override)
+
+
+def test_meta_step_benchmark_reports_ratios_and_errors():
+    from gradalign.benchmarks.metagrad_step import measure_meta_step
+
+    result = measure_meta_step(width=0.0625, batch=4, repeats=1)
+    assert set(result["seconds"]) == {"finite_difference", "jvp", "exact"}
+    assert result["error_jvp"] < 1e-4 < result["error_fd"]  # float32: the JVP is the exact form's limit, the FD is not
+    assert result["jvp_over_fd"] > 0 and result["exact_over_fd"] > 0

@@ -135,10 +135,11 @@ def coded_pseudo_labels(
     if form not in ("fd", "jvp"):
         raise ValueError(f"form must be 'fd' or 'jvp', got {form!r}")
     g = grad(lambda p: kl_loss(f(p, x_l), y_l))(params)
-    y_tilde = f(params, x_u)
-    if form == "jvp":
-        grad_y = 2.0 * jvp(lambda p: f(p, x_u), (params,), (g,))[1]
+    if form == "jvp":  # one forward pass with tangents gives ỹ and J_θf·g
+        y_tilde, tangent = jvp(lambda p: f(p, x_u), (params,), (g,))
+        grad_y = 2.0 * tangent
     else:
+        y_tilde = f(params, x_u)
         eps = c / gradient_norm(g)
         grad_y = (f(shifted(params, g, eps), x_u) - f(shifted(params, g, -eps), x_u)) / eps
     return renormalised(y_tilde - lr * grad_y).detach(), grad_y.detach()
