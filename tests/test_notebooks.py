@@ -18,6 +18,9 @@ def test_every_notebook_runs_at_smoke(tmp_path):
         "GRADALIGN_PROGRESS": "0",
         "MPLBACKEND": "Agg",
         "GRADALIGN_BATCH": "1",
+        # one thread per kernel (our choice): smoke tensors are tiny, and two OpenMP threads in a Jupyter kernel
+        # ran the meta-gradient benchmark page 3.5x slower than one on a busy two-core machine
+        "GRADALIGN_THREADS": "1",
     }
     result = subprocess.run(
         [

@@ -48,13 +48,15 @@ def test_cosine_schedule_of_the_protocol():
 
 
 def test_crop_flip():
+    from gradalign.data.crop_flip import crop_flip
+
     g = torch.Generator().manual_seed(0)
     x = torch.rand(8, 1, 6, 6)
-    assert torch.equal(tl.crop_flip(x, 0, False, g), x)
-    flipped = tl.crop_flip(torch.ones(200, 1, 1, 3) * torch.tensor([0.0, 0.5, 1.0]), 0, True, g)
+    assert torch.equal(crop_flip(x, 0, False, g), x)
+    flipped = crop_flip(torch.ones(200, 1, 1, 3) * torch.tensor([0.0, 0.5, 1.0]), 0, True, g)
     firsts = flipped[:, 0, 0, 0]
     assert set(firsts.tolist()) == {0.0, 1.0} and 50 < int((firsts == 1.0).sum()) < 150
-    cropped = tl.crop_flip(torch.ones(64, 1, 6, 6), 2, False, g)
+    cropped = crop_flip(torch.ones(64, 1, 6, 6), 2, False, g)
     assert cropped.shape == (64, 1, 6, 6) and float(cropped.min()) == 0.0  # zero padding shows at shifted edges
     assert set(cropped.sum((1, 2, 3)).tolist()) <= {float(r * c) for r in range(4, 7) for c in range(4, 7)}
 

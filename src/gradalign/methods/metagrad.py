@@ -165,9 +165,13 @@ def mixup(x_l, y_l, x_u, y_hat, lam: torch.Tensor):
     return lam.view(shape) * x_l + (1 - lam.view(shape)) * x_u, lam.view(-1, 1) * y_l + (1 - lam.view(-1, 1)) * y_hat
 
 
+def mixed_kl(model: nn.Module, x_in, y_in) -> torch.Tensor:
+    """Φ^KL on the mixed batch, batch mean: the code's `F.kl_div(log_softmax(f(x^in)), y^in, "batchmean")`."""
+    return F.kl_div(F.log_softmax(model(x_in), dim=1), y_in, reduction="batchmean")
+
+
 def algorithm2_loss(model: nn.Module, x_l, y_l, x_u, y_hat, lam, weight: float = 1.0) -> torch.Tensor:
     """Eq. 13 as coded: KL (batch mean) on the mixed batch + weight · (1/B) Σ ‖f(x^u) − ŷ‖² (the clean labeled
     CE is not in the loss). `y_l` one-hot; `model` in train mode."""
     x_in, y_in = mixup(x_l, y_l, x_u, y_hat, lam)
-    cls = F.kl_div(F.log_softmax(model(x_in), dim=1), y_in, reduction="batchmean")
-    return cls + weight * mse_loss(torch.softmax(model(x_u), dim=1), y_hat)
+    return mixed_kl(model, x_in, y_in) + weight * mse_loss(torch.softmax(model(x_u), dim=1), y_hat)

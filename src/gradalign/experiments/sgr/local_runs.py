@@ -12,10 +12,10 @@ spread counts as ≥).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from gradalign.config import Config, require
+from gradalign.experiments.seed_stats import difference, stats
 from gradalign.experiments.base import plural, scale_text
 from gradalign.methods.local import LocalSettings
 from gradalign.training.local import SGRProtocol
@@ -146,14 +146,6 @@ def run_group(cfg: LocalBPConfig, jobs: list[tuple[str, str, int, str]], device)
     return runs
 
 
-def stats(values: list[float]) -> dict:
-    """Mean, sample std (0 for one value) and count."""
-    n = len(values)
-    mean = sum(values) / n
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    return {"mean": mean, "std": std, "n": n}
-
-
 def summary(runs: list[dict]) -> dict:
     """Final test accuracy over seeds, how many diverged or were still improving, the training time."""
     out = stats([r["final_test_acc"] for r in runs])
@@ -177,13 +169,6 @@ def curves_of(runs: list[dict]) -> dict:
     out.update({name: [h[name] for h in kept] for name in names})
     out["sgr_by_module"] = [h["sgr_by_module"][-1] for h in kept]  # the last epoch's, per module
     return out
-
-
-def difference(a: dict, b: dict) -> dict:
-    """mean(a) − mean(b) and its standard error sqrt(s_a²/n_a + s_b²/n_b), rounded for the page."""
-    diff = a["mean"] - b["mean"]
-    se = math.sqrt(a["std"] ** 2 / a["n"] + b["std"] ** 2 / b["n"])
-    return {"a": round(a["mean"], 2), "b": round(b["mean"], 2), "diff": round(diff, 3), "se": round(se, 3)}
 
 
 def beats(a: dict, b: dict) -> bool:

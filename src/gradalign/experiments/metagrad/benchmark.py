@@ -1,0 +1,265 @@
+"""Meta-gradient part, the benchmark (notebook metagrad/03): Table 4 (the ablation), Table 1 (the method against
+labeled-only training), Figure 2 (error against the number of labels) and Figure 3 (t-SNE of the features).
+
+All four read the same kind of run (`training.semimeta`, run cache kind `metagrad.ssl`), so the runs they share
+(Table 4's rows 1 and 4 are Table 1's and Figure 3's) train once. `paper` follows App. C on SVHN, CIFAR-10 and
+CIFAR-100; `cpu` and `gpu` substitute Fashion-MNIST and a narrower Conv-Large, named on the page. Decision rule:
+A better than B when its mean error over seeds is lower (`ssl_runs.lower`), on the paper's number (the best test
+error over training); every check's value carries the means, the difference and its standard error, and the
+page shows the validation-selected errors beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradalign.config import require
+from gradalign.experiments.base import Experiment, check, outcome
+from gradalign.experiments.metagrad.ssl_runs import (
+    CPU,
+    GPU,
+    NOTEBOOK,
+    PAPER,
+    PAPER_COLUMNS,
+    SMOKE,
+    SemiMetaConfig,
+    column_name,
+    curves_of,
+    lower,
+    run_group,
+    ssl_scale,
+    still_improving,
+    summary,
+    variant_title,
+)
+from gradalign.experiments.seed_stats import difference, stats
+from gradalign.methods.semimeta import VARIANTS
+from gradalign.training.semimeta import SemiMetaProtocol
+
+TABLE4_CLAIMS = (  # (check, better, worse, the paper's claim)
+    (
+        "meta_beats_labeled_only",
+        "meta",
+        "labeled_only",
+        "the meta-learning component improves on labeled-only training",
+    ),
+    ("mixup_beats_labeled_only", "mixup", "labeled_only", "mixup improves on labeled-only training"),
+    ("meta_adds_to_mixup", "meta_mixup", "mixup", "meta-learning further improves performance with mixup present"),
+)
+
+
+def _scope(cfg: SemiMetaConfig, columns) -> str:
+    full = cfg.width == 1 and cfg.protocol == SemiMetaProtocol() and cfg.n_test == 0 and cfg.n_unlabeled == 0
+    return "exact" if full and set(columns) <= {tuple(c) for c in cfg.columns} else "reduced"
+
+
+def _prefixed(cfg, dataset, labels, name):
+    return name if len(cfg.columns) == 1 else f"{column_name(dataset, labels)}_{name}"
+
+
+def _diff(a: dict, b: dict) -> dict:
+    return difference(a["best_test_error"], b["best_test_error"])
+
+
+def _improving(runs: dict) -> list[int]:
+    every = [r for group in runs.values() for r in group]
+    return [sum(still_improving(r) for r in every), len(every)]
+
+
+# --- Table 4 -----------------------------------------------------------------------------------------------
+
+
+def table4_checks(table: dict) -> dict[str, dict]:
+    """`table[variant]` = summary of one column; the paper's three claims of §4.3."""
+    return {
+        name: check(
+            lower(table[better], table[worse]),
+            _diff(table[better], table[worse]),
+            f"mean best test error of {variant_title(better)} < {variant_title(worse)}'s (a: {variant_title(better)})",
+            f"{claim} (Table 4)",
+        )
+        for name, better, worse, claim in TABLE4_CLAIMS
+    }
+
+
+def table4(cfg: SemiMetaConfig, device) -> dict:
+    jobs = [(v, d, n) for d, n in cfg.columns for v in VARIANTS]
+    runs = run_group(cfg, jobs, device)
+    tables, checks, curves = {}, {}, {}
+    for d, n in cfg.columns:
+        key = column_name(d, n)
+        tables[key] = {v: summary(runs[(v, d, n)]) for v in VARIANTS}
+        curves.update({f"{key}/{v}": curves_of(runs[(v, d, n)]) for v in VARIANTS})
+        checks.update({_prefixed(cfg, d, n, k): c for k, c in table4_checks(tables[key]).items()})
+    seconds = sum(s["train_seconds"] for t in tables.values() for s in t.values())
+    metrics = {"table": tables, "train_seconds": seconds, "still_improving": _improving(runs)}
+    return outcome(checks, metrics, curves, scope=_scope(cfg, PAPER_COLUMNS))
+
+
+# --- Table 1 -----------------------------------------------------------------------------------------------
+
+
+def table1_checks(table: dict) -> dict[str, dict]:
+    return {
+        "method_beats_labeled_only": check(
+            lower(table["meta_mixup"], table["labeled_only"]),
+            _diff(table["meta_mixup"], table["labeled_only"]),
+            "mean best test error of meta + mixup < labeled-only's (a: meta + mixup)",
+            "the method learns from the unlabeled data: its error is well below labeled-only training (Tables 1, 4)",
+        )
+    }
+
+
+def table1(cfg: SemiMetaConfig, device) -> dict:
+    jobs = [(v, d, n) for d, n in cfg.columns for v in ("labeled_only", "meta_mixup")]
+    runs = run_group(cfg, jobs, device)
+    tables, checks = {}, {}
+    for d, n in cfg.columns:
+        key = column_name(d, n)
+        tables[key] = {v: summary(runs[(v, d, n)]) for v in ("labeled_only", "meta_mixup")}
+        checks.update({_prefixed(cfg, d, n, k): c for k, c in table1_checks(tables[key]).items()})
+    seconds = sum(s["train_seconds"] for t in tables.values() for s in t.values())
+    metrics = {"table": tables, "train_seconds": seconds, "still_improving": _improving(runs)}
+    return outcome(checks, metrics, scope=_scope(cfg, PAPER_COLUMNS))
+
+
+# --- Figure 2 ----------------------------------------------------------------------------------------------
+
+
+def figure2_checks(points: dict) -> dict[str, dict]:
+    """`points[column]` = {variant: summary}: the method below labeled-only at every number of labels."""
+    gaps = {c: _diff(p["meta_mixup"], p["labeled_only"]) for c, p in points.items()}
+    return {
+        "method_below_baseline_everywhere": check(
+            all(lower(p["meta_mixup"], p["labeled_only"]) for p in points.values()),
+            gaps,
+            "at every number of labels: mean best test error of meta + mixup < labeled-only's",
+            "the method's error is below the labeled-only baseline for every number of labels (Figure 2)",
+        )
+    }
+
+
+def figure2(cfg: SemiMetaConfig, device) -> dict:
+    jobs = [(v, d, n) for d, n in cfg.columns for v in ("labeled_only", "meta_mixup")]
+    runs = run_group(cfg, jobs, device)
+    points = {
+        column_name(d, n): {v: summary(runs[(v, d, n)]) for v in ("labeled_only", "meta_mixup")} for d, n in cfg.columns
+    }
+    seconds = sum(s["train_seconds"] for p in points.values() for s in p.values())
+    metrics = {"points": points, "train_seconds": seconds, "still_improving": _improving(runs)}
+    return outcome(figure2_checks(points), metrics, scope=_scope(cfg, FIGURE2_PAPER_COLUMNS))
+
+
+FIGURE2_PAPER_COLUMNS = tuple(("svhn", n) for n in (250, 500, 1000, 2000)) + tuple(
+    ("cifar10", n) for n in (1000, 2000, 4000, 8000)
+)  # our grid: Figure 2 gives no numbers and no grid in the text
+
+
+# --- Figure 3 ----------------------------------------------------------------------------------------------
+
+
+def figure3_checks(m: dict) -> dict[str, dict]:
+    base, ours = m["silhouette"]["labeled_only"], m["silhouette"]["meta_mixup"]
+    return {
+        "method_clusters_test_features": check(
+            ours["mean"] > base["mean"],
+            difference(ours, base),
+            "mean silhouette score of the test features by class: meta + mixup > labeled-only (a: meta + mixup)",
+            "the method's features of unseen images cluster by class better than the labeled-only baseline's "
+            "(Figure 3; our measure of what the figure shows)",
+        )
+    }
+
+
+@dataclass(frozen=True)
+class Figure3Config(SemiMetaConfig):
+    def validate(self) -> None:
+        super().validate()
+        require(self, "columns", len(self.columns) == 1, "must hold one (data set, labels) pair")
+        require(self, "tsne_points", self.tsne_points >= 10, "must be >= 10")
+
+
+def figure3(cfg: Figure3Config, device) -> dict:
+    (d, n), variants = cfg.columns[0], ("labeled_only", "meta_mixup")
+    runs = run_group(cfg, [(v, d, n) for v in variants], device)
+    m = {
+        "tsne": {v: runs[(v, d, n)][0]["tsne"] for v in variants},
+        "silhouette": {v: stats([r["tsne"]["test_silhouette"] for r in runs[(v, d, n)]]) for v in variants},
+        "train_seconds": sum(r["train_seconds"] for group in runs.values() for r in group),
+        "still_improving": _improving(runs),
+    }
+    return outcome(figure3_checks(m), m, scope=_scope(cfg, (("svhn", 1000),)))
+
+
+def _presets(paper: dict, cpu: dict | None = None) -> dict:
+    return {"smoke": SMOKE, "cpu": {**CPU, **(cpu or {})}, "gpu": {**GPU, **(cpu or {})}, "paper": paper}
+
+
+GRID_CPU = {"columns": (("fashion_mnist", 250), ("fashion_mnist", 1000), ("fashion_mnist", 4000))}
+NOTE = "cpu/gpu presets run on Fashion-MNIST with a narrower Conv-Large and far fewer steps (the paper: 400k steps)"
+CHOICES = {
+    "substitute": "Fashion-MNIST (the CIFAR protocol: weight decay 1e-4, Beta(1, 1), crop + flip); cpu: Conv-Large "
+    "x0.125, 2,000 steps of 32 + 32, evaluation every 100 steps, 1,000 validation and 2,000 test images",
+    "seeds": "3 per configuration; the split drawn once, with the config's seed",
+    "validation": "a held-out split of the training images (not in the paper), for the validation-selected errors",
+}
+
+EXPERIMENTS = [
+    Experiment(
+        "metagrad.tab4",
+        table4,
+        SemiMetaConfig,
+        _presets(PAPER),
+        1,
+        NOTEBOOK,
+        note=NOTE,
+        choices=CHOICES,
+        scale=ssl_scale,
+        shares="metagrad.ssl runs (rows 1 and 4 are Table 1's and Figure 3's)",
+    ),
+    Experiment(
+        "metagrad.tab1",
+        table1,
+        SemiMetaConfig,
+        _presets(PAPER),
+        1,
+        NOTEBOOK,
+        note=NOTE,
+        choices=CHOICES,
+        scale=ssl_scale,
+        shares="metagrad.ssl runs (Table 4's rows 1 and 4)",
+    ),
+    Experiment(
+        "metagrad.fig2",
+        figure2,
+        SemiMetaConfig,
+        _presets({"columns": FIGURE2_PAPER_COLUMNS}, GRID_CPU),
+        1,
+        NOTEBOOK,
+        note=NOTE,
+        choices={
+            **CHOICES,
+            "grid": "Figure 2 states no grid: ours is 250, 1,000 and "
+            "4,000 labels at cpu/gpu; SVHN 250-2,000 and CIFAR-10 1,000-8,000 at paper",
+        },
+        scale=ssl_scale,
+        shares="metagrad.ssl runs (1,000 labels: Table 4's rows 1 and 4)",
+    ),
+    Experiment(
+        "metagrad.fig3",
+        figure3,
+        Figure3Config,
+        _presets({"columns": (("svhn", 1000),)}),
+        1,
+        NOTEBOOK,
+        note=NOTE,
+        choices={
+            **CHOICES,
+            "measure": "silhouette score of 300 test images' 128-d features by "
+            "class; t-SNE (scikit-learn, perplexity 30, PCA init) of 300 labeled, unlabeled and test images of "
+            "the first seed",
+        },
+        scale=ssl_scale,
+        shares="metagrad.ssl runs (Table 4's rows 1 and 4)",
+    ),
+]

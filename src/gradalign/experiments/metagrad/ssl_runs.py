@@ -1,0 +1,160 @@
+"""What the meta-gradient benchmark experiments share (notebook metagrad/03): the config, its presets, the runs
+(from the run cache, `training.semimeta`), their summaries over seeds and the scale of a record.
+
+Per data set the protocol follows App. C: weight decay 5e-5 and Beta(0.1, 0.1) without flips on SVHN, 1e-4 and
+Beta(1, 1) with flips elsewhere (Fashion-MNIST: the CIFAR values, our choice). Every number is reported twice:
+the best test error over training (the paper's, as its code reports it) and the test error at the best
+validation error (ours, from a held-out split of the training images).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gradalign.config import Config, require
+from gradalign.experiments.base import plural, scale_text
+from gradalign.experiments.seed_stats import stats
+from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings
+from gradalign.training.semimeta import SemiMetaProtocol, SemiMetaRunSpec
+
+NOTEBOOK = "notebooks/metagrad/03_benchmark.ipynb"
+PAPER_COLUMNS = (("svhn", 1000), ("cifar10", 4000), ("cifar100", 10000))  # Tables 1 and 4
+PAPER_DATA = {"metagrad.fig2": "SVHN and CIFAR-10 at several label counts", "metagrad.fig3": "SVHN 1k labels"}
+METRICS = {
+    "best_test_error": "best test error over training (the paper's)",
+    "selected_test_error": "test error at the best validation error (ours)",
+}
+
+
+@dataclass(frozen=True)
+class SemiMetaConfig(Config):
+    columns: tuple = (("fashion_mnist", 1000),)  # (data set, labels) per column
+    width: float = 1.0  # Conv-Large's channels × this
+    n_unlabeled: int = 0  # 0: every other training image outside the validation split
+    n_validation: int = 5000
+    n_test: int = 0
+    seeds: int = 3  # runs seed, seed + 1, ... (the split is drawn once, with `seed`)
+    protocol: SemiMetaProtocol = SemiMetaProtocol()
+    form: str = "fd"  # the meta step: the code's finite difference, or its exact JVP limit
+    tsne_points: int = 300
+
+    def validate(self) -> None:
+        from gradalign.data.image_sets import IMAGE_SETS
+
+        super().validate()
+        ok = len(self.columns) >= 1 and all(len(c) == 2 and c[0] in IMAGE_SETS and c[1] >= 1 for c in self.columns)
+        require(self, "columns", ok, f"must be (data set, labels) pairs, data sets among {tuple(IMAGE_SETS)}")
+        require(self, "width", self.width > 0, "must be > 0")
+        require(self, "seeds", self.seeds >= 1, "must be >= 1")
+        require(self, "form", self.form in ("fd", "jvp"), "must be 'fd' or 'jvp'")
+        for dataset, labels in self.columns:
+            self.spec("meta_mixup", dataset, labels, self.seed).validate()
+
+    def spec(self, variant: str, dataset: str, labels: int, seed: int) -> SemiMetaRunSpec:
+        svhn = dataset == "svhn"
+        protocol = replace(self.protocol, weight_decay=5e-5 if svhn else self.protocol.weight_decay, flip=not svhn)
+        return SemiMetaRunSpec(
+            method=SemiMetaSettings(variant=variant, gamma=0.1 if svhn else 1.0, form=self.form),
+            protocol=protocol,
+            dataset=dataset,
+            n_labeled=labels,
+            n_unlabeled=self.n_unlabeled,
+            n_validation=self.n_validation,
+            n_test=self.n_test,
+            width=self.width,
+            data_seed=self.seed,
+            seed=seed,
+            tsne_points=self.tsne_points,
+        )
+
+
+PAPER = {"columns": PAPER_COLUMNS}
+CPU = {
+    "width": 0.125,
+    "n_validation": 1000,
+    "n_test": 2000,
+    "tsne_points": 300,
+    "protocol.steps": 2000,
+    "protocol.batch_labeled": 32,
+    "protocol.batch_unlabeled": 32,
+    "protocol.eval_every": 100,
+}
+GPU = {"width": 0.5, "n_validation": 5000, "protocol.steps": 20000, "protocol.eval_every": 400}
+SMOKE = {
+    "columns": (("fashion_mnist", 100),),
+    "width": 0.0625,
+    "n_unlabeled": 200,
+    "n_validation": 100,
+    "n_test": 100,
+    "seeds": 1,
+    "tsne_points": 20,
+    "protocol.steps": 4,
+    "protocol.batch_labeled": 16,
+    "protocol.batch_unlabeled": 16,
+    "protocol.eval_every": 2,
+}
+
+
+def run_group(cfg: SemiMetaConfig, jobs: list[tuple[str, str, int]], device) -> dict[tuple, list[dict]]:
+    """{(variant, data set, labels): [one run per seed]}, each from the run cache when stored."""
+    from gradalign.progress import progress
+    from gradalign.training.semimeta import semimeta_run
+
+    todo = [(job, seed) for job in jobs for seed in range(cfg.seed, cfg.seed + cfg.seeds)]
+    runs: dict[tuple, list[dict]] = {}
+    for job, seed in progress(todo, desc="meta-gradient runs"):
+        runs.setdefault(job, []).append(semimeta_run(cfg.spec(*job, seed), device))
+    return runs
+
+
+def still_improving(run: dict) -> bool:
+    """The best test error came at the last evaluation."""
+    errors = run["history"]["test_error"]
+    return len(errors) > 1 and min(range(len(errors)), key=errors.__getitem__) == len(errors) - 1
+
+
+def summary(runs: list[dict]) -> dict:
+    """Both test errors over seeds, how many runs were still improving, the training time."""
+    out = {name: stats([r[name] for r in runs]) for name in METRICS if runs[0][name] is not None}
+    out["still_improving"] = sum(still_improving(r) for r in runs)
+    out["train_seconds"] = sum(r["train_seconds"] for r in runs)
+    return out
+
+
+def lower(a: dict, b: dict, metric: str = "best_test_error") -> bool:
+    """A better than B: a lower mean error over seeds."""
+    return a[metric]["mean"] < b[metric]["mean"]
+
+
+def curves_of(runs: list[dict]) -> dict:
+    h = runs[0]["history"]
+    return {"step": h["step"], **{k: [r["history"][k] for r in runs] for k in ("test_error", "val_error") if k in h}}
+
+
+def column_name(dataset: str, labels: int) -> str:
+    return f"{dataset}_{labels}"
+
+
+def ssl_scale(record: dict) -> str:
+    """Data, labels, width, steps, batches and seeds against the paper's; how many runs were still improving."""
+    from gradalign.data.image_sets import IMAGE_SETS
+
+    cfg = record["config"]
+    p = cfg["protocol"]
+    data = ", ".join(f"{IMAGE_SETS[d].title} {n:,} labels" for d, n in cfg["columns"])
+    text = scale_text(
+        (data, PAPER_DATA.get(record["id"], "SVHN 1k, CIFAR-10 4k, CIFAR-100 10k labels")),
+        (f"Conv-Large ×{cfg['width']:g}", "Conv-Large"),
+        (f"{p['steps']:,} steps of {p['batch_labeled']} + {p['batch_unlabeled']}", "400,000 steps of 128 + 128"),
+        (plural(cfg["seeds"], "seed"), "seeds not stated"),
+    )
+    if cfg["n_test"]:
+        text += f"; test error on {cfg['n_test']:,} test images"
+    improving = record["metrics"].get("still_improving")
+    if improving:
+        text += f"; {improving[0]} of {improving[1]} runs still improving at their last evaluation"
+    return text
+
+
+def variant_title(variant: str) -> str:
+    return VARIANTS[variant][0]

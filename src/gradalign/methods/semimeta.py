@@ -1,0 +1,97 @@
+"""One training step of SemiMeta (Zhang et al. 2020, Algorithm 2) and the rows of its ablation (Table 4), as the
+official `train_meta.py` codes them (PROTOCOLS.md):
+
+1. labeled only: the mean cross entropy of the labeled batch;
+2. meta only: labeled CE + weight · (1/B) Σ ‖f(x^u) − ŷ‖², ŷ the meta pseudo labels;
+3. mixup only: the targets of the unlabeled images are the plain eval-mode softmax (no meta step), the loss is
+   the KL (batch mean) on the mixed batch only;
+4. meta + mixup (the method): KL on the mixed batch + weight · the MSE consistency to ŷ (Eq. 13).
+
+The meta step runs in eval mode (BN running statistics, dropout off) with the step's scheduled learning rate
+as both α and β; `form="jvp"` swaps the code's finite difference for its exact limit (not in the paper).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+from gradalign.config import Settings, require
+from gradalign.methods.metagrad import (
+    SEMIMETA_C,
+    algorithm2_loss,
+    classifier,
+    coded_pseudo_labels,
+    mixed_kl,
+    mixup,
+    mse_loss,
+)
+
+VARIANTS = {  # name: (title, meta step, mixup), in Table 4's order
+    "labeled_only": ("Labeled only", False, False),
+    "meta": ("Meta only", True, False),
+    "mixup": ("Mixup only", False, True),
+    "meta_mixup": ("Meta + mixup", True, True),
+}
+
+
+@dataclass(frozen=True)
+class SemiMetaSettings(Settings):
+    variant: str = "meta_mixup"
+    gamma: float = 1.0  # Beta(γ, γ) of mixup (App. C: 1.0 on CIFAR, 0.1 on SVHN)
+    weight: float = 1.0  # consistency weight, ramped up linearly over the warm-up (the code's compute_weight)
+    c: float = SEMIMETA_C  # ε = c / ‖g‖
+    form: str = "fd"  # the code's finite difference, or "jvp" (its exact limit)
+
+    def validate(self) -> None:
+        require(self, "variant", self.variant in VARIANTS, f"must be one of {', '.join(VARIANTS)}")
+        require(self, "gamma", self.gamma > 0, "must be > 0")
+        require(self, "weight", self.weight >= 0, "must be >= 0")
+        require(self, "c", self.c > 0, "must be > 0")
+        require(self, "form", self.form in ("fd", "jvp"), "must be 'fd' or 'jvp'")
+
+    @property
+    def meta(self) -> bool:
+        return VARIANTS[self.variant][1]
+
+    @property
+    def mixup(self) -> bool:
+        return VARIANTS[self.variant][2]
+
+
+def pseudo_labels(model, x_l, onehot, x_u, lr: float, s: SemiMetaSettings) -> torch.Tensor:
+    """ŷ for the unlabeled batch, computed in eval mode: the meta step (rows 2, 4) or the plain softmax (row 3)."""
+    model.eval()
+    try:
+        if s.meta:
+            params = {k: v.detach() for k, v in model.named_parameters()}
+            return coded_pseudo_labels(classifier(model), params, x_l, onehot, x_u, lr, s.c, s.form)[0]
+        with torch.no_grad():
+            return torch.softmax(model(x_u), dim=1)
+    finally:
+        model.train()
+
+
+def semimeta_step(model, optimizer, x_l, y_l, x_u, lr: float, ramp: float, s: SemiMetaSettings, classes: int):
+    """One update of `model` (in train mode) on a labeled and an unlabeled batch; returns the diagnostics."""
+    onehot = F.one_hot(y_l, classes).to(x_l.dtype)
+    weight = s.weight * ramp
+    if s.variant == "labeled_only":
+        loss = F.cross_entropy(model(x_l), y_l)
+    else:
+        y_hat = pseudo_labels(model, x_l, onehot, x_u, lr, s)
+        if s.mixup:
+            beta = torch.distributions.Beta(torch.tensor(s.gamma), torch.tensor(s.gamma))
+            lam = beta.sample((len(x_l),)).to(x_l)
+            if s.meta:
+                loss = algorithm2_loss(model, x_l, onehot, x_u, y_hat, lam, weight)
+            else:  # row 3: the mixed batch only, no unlabeled pass
+                loss = mixed_kl(model, *mixup(x_l, onehot, x_u, y_hat, lam))
+        else:
+            loss = F.cross_entropy(model(x_l), y_l) + weight * mse_loss(torch.softmax(model(x_u), 1), y_hat)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return {"loss": loss.detach()}

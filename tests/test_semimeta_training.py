@@ -1,0 +1,171 @@
+"""SemiMeta's training: the protocol's schedules as coded, the disjoint class-balanced split, each Table 4 row's
+step, bitwise resume, the run cache, and the benchmark checks fed failing cases."""
+
+import pytest
+import torch
+
+from gradalign.errors import ConfigError
+from gradalign.experiments import EXPERIMENTS, outcome
+from gradalign.experiments.metagrad import benchmark
+from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings, semimeta_step
+from gradalign.models.conv_large import ConvLarge
+from gradalign.training.semimeta import SemiMetaProtocol, SemiMetaRunSpec, semimeta_data, train_semimeta
+
+
+@pytest.fixture(autouse=True)
+def _pinned(monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADALIGN_PROGRESS", "0")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _spec(variant="meta_mixup", steps=4, **kw):
+    protocol = SemiMetaProtocol(steps=steps, batch_labeled=16, batch_unlabeled=16, eval_every=2)
+    base = dict(n_labeled=100, n_unlabeled=200, n_validation=100, n_test=100, width=0.0625, tsne_points=0)
+    return SemiMetaRunSpec(method=SemiMetaSettings(variant=variant), protocol=protocol, **{**base, **kw})
+
+
+def test_schedule_is_the_codes():
+    p = SemiMetaProtocol()  # 400k steps: warm-up 4,000, x0.1 after 300k and after 350k
+    assert (p.warmup_steps, p.lr_at(0), p.lr_at(2000), p.lr_at(4000)) == (4000, 0.0, 0.05, 0.1)
+    assert (
+        p.lr_at(300_000) == 0.1 and p.lr_at(300_001) == pytest.approx(0.01) and p.lr_at(399_999) == pytest.approx(1e-3)
+    )
+    assert (p.ramp(0), p.ramp(2000), p.ramp(10_000)) == (0.0, 0.5, 1.0)
+    assert (p.batch_labeled, p.batch_unlabeled, p.momentum, p.weight_decay, p.eval_every) == (128, 128, 0.9, 1e-4, 400)
+
+
+def test_split_is_disjoint_and_class_balanced():
+    d = semimeta_data(_spec(n_unlabeled=0, n_validation=500), "cpu")
+    assert torch.bincount(d.y_labeled, minlength=10).tolist() == [10] * 10
+    assert len(d.x_labeled) + len(d.x_unlabeled) + len(d.x_val) == 60_000  # Fashion-MNIST's training split
+    labeled = {bytes(x.numpy()) for x in d.x_labeled}
+    assert not any(bytes(x.numpy()) in labeled for x in d.x_unlabeled[:2000])  # no labeled image in the pool
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_each_rows_step_lowers_its_loss_on_a_fixed_batch(variant):
+    torch.manual_seed(0)
+    model = ConvLarge(10, 1, 0.0625)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    x_l, y_l, x_u = torch.randn(16, 1, 28, 28), torch.arange(16) % 10, torch.randn(16, 1, 28, 28)
+    s = SemiMetaSettings(variant=variant)
+    losses = []
+    for _ in range(15):
+        torch.manual_seed(1)  # the same dropout masks and mixup draws each time
+        losses.append(float(semimeta_step(model, opt, x_l, y_l, x_u, 0.05, 1.0, s, 10)["loss"]))
+    assert losses[-1] < 0.8 * losses[0], losses
+
+
+def test_resume_is_bitwise(tmp_path):
+    spec = _spec(steps=4)
+    whole = train_semimeta(spec)
+    ckpt = tmp_path / "run.pt"
+    from gradalign.training import semimeta as sm
+
+    original = sm.loop.train
+
+    def interrupted(*args, **kwargs):
+        return original(*args, **{**kwargs, "max_evals": 1})
+
+    sm.loop.train = interrupted
+    try:
+        part = train_semimeta(spec, checkpoint=ckpt)
+    finally:
+        sm.loop.train = original
+    assert ckpt.exists() and len(part["history"]["step"]) == 1
+    resumed = train_semimeta(spec, checkpoint=ckpt)
+    assert resumed["history"]["test_error"] == whole["history"]["test_error"]
+    assert resumed["history"]["train_loss"] == whole["history"]["train_loss"]
+
+
+def test_bad_specs_are_refused():
+    with pytest.raises(ConfigError, match="batch_unlabeled"):
+        SemiMetaRunSpec(protocol=SemiMetaProtocol(batch_unlabeled=64)).validate()  # mixup pairs need B_l = B_u
+    with pytest.raises(ConfigError, match="variant"):
+        SemiMetaSettings(variant="vat").validate()
+    with pytest.raises(ConfigError, match="columns"):
+        EXPERIMENTS["metagrad.tab4"].resolve("smoke", {"columns": [["imagenet", 1000]]})
+    with pytest.raises(ConfigError, match="columns"):
+        EXPERIMENTS["metagrad.fig3"].resolve("smoke", {"columns": [["fashion_mnist", 100], ["fashion_mnist", 200]]})
+
+
+def test_smoke_runs_are_shared_through_the_run_cache():
+    tab4 = EXPERIMENTS["metagrad.tab4"]
+    record = tab4.run(tab4.resolve("smoke"), "cpu")
+    assert set(record["checks"]) == {name for name, *_ in benchmark.TABLE4_CLAIMS}
+    tab1 = EXPERIMENTS["metagrad.tab1"]
+    again = tab1.run(tab1.resolve("smoke"), "cpu")  # rows 1 and 4: read back, not retrained
+    assert (
+        again["metrics"]["table"]["fashion_mnist_100"]["meta_mixup"]
+        == record["metrics"]["table"]["fashion_mnist_100"]["meta_mixup"]
+    )
+
+
+def _summary(best, selected=None):
+    s = {"best_test_error": {"mean": best, "std": 0.5, "n": 3}, "still_improving": 0, "train_seconds": 1.0}
+    s["selected_test_error"] = {"mean": selected or best, "std": 0.5, "n": 3}
+    return s
+
+
+PASSING = {
+    benchmark.table4_checks: {
+        "labeled_only": _summary(20.0),
+        "meta": _summary(18.0),
+        "mixup": _summary(17.0),
+        "meta_mixup": _summary(15.0),
+    },
+    benchmark.table1_checks: {"labeled_only": _summary(20.0), "meta_mixup": _summary(15.0)},
+    benchmark.figure2_checks: {
+        "fmnist_250": {"labeled_only": _summary(30.0), "meta_mixup": _summary(25.0)},
+        "fmnist_1000": {"labeled_only": _summary(20.0), "meta_mixup": _summary(15.0)},
+    },
+    benchmark.figure3_checks: {
+        "silhouette": {
+            "labeled_only": {"mean": 0.1, "std": 0.01, "n": 3},
+            "meta_mixup": {"mean": 0.2, "std": 0.01, "n": 3},
+        }
+    },
+}
+
+FAILING = [
+    (benchmark.table4_checks, "meta_beats_labeled_only", {"meta": _summary(21.0)}),
+    (benchmark.table4_checks, "mixup_beats_labeled_only", {"mixup": _summary(20.0), "meta_mixup": _summary(15.0)}),
+    (benchmark.table4_checks, "meta_adds_to_mixup", {"meta_mixup": _summary(17.5)}),
+    (benchmark.table1_checks, "method_beats_labeled_only", {"meta_mixup": _summary(20.5)}),
+    (
+        benchmark.figure2_checks,
+        "method_below_baseline_everywhere",
+        {"fmnist_1000": {"labeled_only": _summary(20.0), "meta_mixup": _summary(20.2)}},
+    ),
+    (
+        benchmark.figure3_checks,
+        "method_clusters_test_features",
+        {
+            "silhouette": {
+                "labeled_only": {"mean": 0.2, "std": 0.01, "n": 3},
+                "meta_mixup": {"mean": 0.1, "std": 0.01, "n": 3},
+            }
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize("fn", list(PASSING), ids=lambda f: f.__name__)
+def test_passing_measurements_pass_every_check(fn):
+    assert all(c["passed"] for c in fn(PASSING[fn]).values())
+
+
+@pytest.mark.parametrize(("fn", "name", "changes"), FAILING, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_failing_measurement_fails_that_check_only(fn, name, changes):
+    checks = fn({**PASSING[fn], **changes})
+    assert [k for k, c in checks.items() if not c["passed"]] == [name]
+    assert outcome(checks, scope="reduced")["verdict"]["status"] == "not reproduced at reduced scale"
+
+
+def test_every_check_has_a_failing_case():
+    assert {(fn, n) for fn, m in PASSING.items() for n in fn(m)} == {(fn, n) for fn, n, _ in FAILING}
