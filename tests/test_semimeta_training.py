@@ -169,3 +169,20 @@ def test_failing_measurement_fails_that_check_only(fn, name, changes):
 
 def test_every_check_has_a_failing_case():
     assert {(fn, n) for fn, m in PASSING.items() for n in fn(m)} == {(fn, n) for fn, n, _ in FAILING}
+
+
+def test_in_place_finite_difference_is_the_functional_one_and_restores_the_model():
+    import torch.nn.functional as F
+
+    from gradalign.methods.metagrad import classifier, coded_pseudo_labels
+    from gradalign.methods.semimeta import finite_difference_in_place
+
+    torch.manual_seed(0)
+    model = ConvLarge(10, 1, 0.0625).double().eval()
+    x_l, y_l, x_u = torch.randn(8, 1, 28, 28).double(), torch.arange(8), torch.randn(8, 1, 28, 28).double()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ours = finite_difference_in_place(model, x_l, y_l, x_u, 0.1, 0.01)
+    params = {k: v.detach() for k, v in model.named_parameters()}
+    functional = coded_pseudo_labels(classifier(model), params, x_l, F.one_hot(y_l, 10).double(), x_u, 0.1)[0]
+    assert float((ours - functional).abs().max()) < 1e-13
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

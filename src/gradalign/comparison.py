@@ -8,7 +8,14 @@ and `gpu` presets often run a substitute data set: a row compares like with like
 from __future__ import annotations
 
 from gradalign.data.image_sets import IMAGE_SETS
-from gradalign.papers import ISOLOSS_TABLE1, ISOLOSS_TABLE1_SEEDS, LGA_FIGURE1, LGA_TABLE1, LGA_TABLE1_TRIALS
+from gradalign.papers import (
+    ISOLOSS_TABLE1,
+    ISOLOSS_TABLE1_SEEDS,
+    LGA_FIGURE1,
+    LGA_TABLE1,
+    LGA_TABLE1_TRIALS,
+    METAGRAD_TABLE4,
+)
 
 FAMILY_DATA = {"cifar": "cifar10", "svhn": "svhn"}  # the data set each hyperparameter family was tuned on
 
@@ -72,7 +79,38 @@ def _lga_fig1(record: dict) -> list[dict]:
     ]
 
 
-COMPARISONS = {"lga.tab1": _lga_tab1, "isoloss.tab1": _isoloss_tab1, "lga.fig1": _lga_fig1}
+def _metagrad_tables(record: dict) -> list[dict]:
+    """Tables 1 and 4: each row's error on the paper's three data sets beside ours (best test error over
+    training, as the paper reports it), per column of our config."""
+    rows, paper_row = (
+        [],
+        {"labeled_only": "labeled only", "meta": "meta", "mixup": "mixup", "meta_mixup": "meta + mixup"},
+    )
+    for column, table in record["metrics"]["table"].items():
+        dataset, labels = column.rsplit("_", 1)
+        for variant, summary in table.items():
+            paper = METAGRAD_TABLE4[paper_row[variant]]
+            s = summary["best_test_error"]
+            spread = f" ± {s['std']:.2f}" if s["n"] > 1 else ""
+            rows.append(
+                {
+                    "quantity": f"{paper_row[variant]}: test error %",
+                    "paper": f"SVHN-1k {paper['svhn']:.2f}, CIFAR-10-4k {paper['cifar10']:.2f}, "
+                    f"CIFAR-100-10k {paper['cifar100']:.2f} (best over training)",
+                    "ours": f"{s['mean']:.2f}{spread} ({_title(dataset)}, {int(labels):,} labels, best over training, "
+                    f"{_seeds(s['n'])})",
+                }
+            )
+    return rows
+
+
+COMPARISONS = {
+    "lga.tab1": _lga_tab1,
+    "isoloss.tab1": _isoloss_tab1,
+    "lga.fig1": _lga_fig1,
+    "metagrad.tab1": _metagrad_tables,
+    "metagrad.tab4": _metagrad_tables,
+}
 
 
 def paper_vs_ours(record: dict) -> list[dict]:

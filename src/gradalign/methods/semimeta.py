@@ -27,6 +27,7 @@ from gradalign.methods.metagrad import (
     mixed_kl,
     mixup,
     mse_loss,
+    renormalised,
 )
 
 VARIANTS = {  # name: (title, meta step, mixup), in Table 4's order
@@ -61,10 +62,33 @@ class SemiMetaSettings(Settings):
         return VARIANTS[self.variant][2]
 
 
-def pseudo_labels(model, x_l, onehot, x_u, lr: float, s: SemiMetaSettings) -> torch.Tensor:
+def finite_difference_in_place(model, x_l, y_l, x_u, lr: float, c: float) -> torch.Tensor:
+    """`coded_pseudo_labels(form="fd")` the way `train_meta.py` runs it, on the module itself: g by autograd, the
+    parameters moved to θ ± εg in place for two forward passes, then put back. Put back from a copy (our choice:
+    the code adds εg, subtracts 2εg and adds εg again, which in float32 need not return θ exactly). Equal to the
+    functional form to float precision (tested)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    g = torch.autograd.grad(F.cross_entropy(model(x_l), y_l), params)
+    with torch.no_grad():
+        y_tilde = torch.softmax(model(x_u), dim=1)
+        eps = c / torch.sqrt(sum(t.square().sum() for t in g))
+        saved = [p.detach().clone() for p in params]
+        torch._foreach_add_(params, g, alpha=eps)
+        plus = torch.softmax(model(x_u), dim=1)
+        for p, p0, t in zip(params, saved, g):
+            p.copy_(p0).sub_(eps * t)
+        minus = torch.softmax(model(x_u), dim=1)
+        for p, p0 in zip(params, saved):
+            p.copy_(p0)
+        return renormalised(y_tilde - lr * (plus - minus) / eps)
+
+
+def pseudo_labels(model, x_l, y_l, onehot, x_u, lr: float, s: SemiMetaSettings) -> torch.Tensor:
     """ŷ for the unlabeled batch, computed in eval mode: the meta step (rows 2, 4) or the plain softmax (row 3)."""
     model.eval()
     try:
+        if s.meta and s.form == "fd":
+            return finite_difference_in_place(model, x_l, y_l, x_u, lr, s.c)
         if s.meta:
             params = {k: v.detach() for k, v in model.named_parameters()}
             return coded_pseudo_labels(classifier(model), params, x_l, onehot, x_u, lr, s.c, s.form)[0]
@@ -81,7 +105,7 @@ def semimeta_step(model, optimizer, x_l, y_l, x_u, lr: float, ramp: float, s: Se
     if s.variant == "labeled_only":
         loss = F.cross_entropy(model(x_l), y_l)
     else:
-        y_hat = pseudo_labels(model, x_l, onehot, x_u, lr, s)
+        y_hat = pseudo_labels(model, x_l, y_l, onehot, x_u, lr, s)
         if s.mixup:
             beta = torch.distributions.Beta(torch.tensor(s.gamma), torch.tensor(s.gamma))
             lam = beta.sample((len(x_l),)).to(x_l)
