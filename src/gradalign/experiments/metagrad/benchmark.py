@@ -1,5 +1,6 @@
-"""Meta-gradient part, the benchmark (notebook metagrad/03): Table 4 (the ablation), Table 1 (the method against
-labeled-only training), Figure 2 (error against the number of labels) and Figure 3 (t-SNE of the features).
+"""Meta-gradient part, the benchmark (notebooks metagrad/03 and 04): Table 4 (the ablation), Table 1 (the method
+against labeled-only training), Figure 3 (t-SNE of the features) and, on its own page, Figure 2 (error against the
+number of labels).
 
 All four read the same kind of run (`training.semimeta`, run cache kind `metagrad.ssl`), so the runs they share
 (Table 4's rows 1 and 4 are Table 1's and Figure 3's) train once. `paper` follows App. C on SVHN, CIFAR-10 and
@@ -235,7 +236,7 @@ EXPERIMENTS = [
         SemiMetaConfig,
         _presets({"columns": FIGURE2_PAPER_COLUMNS}, GRID_CPU),
         1,
-        NOTEBOOK,
+        "notebooks/metagrad/04_labels.ipynb",
         note=NOTE,
         choices={
             **CHOICES,
