@@ -271,6 +271,7 @@ BAD = [
     ("metagrad.thm2", {"horizons": [10, 5]}, "horizons"),
     ("metagrad.thm2", {"batch": 100}, "batch"),
     ("metagrad.alg2", {"width": 1.5}, "width"),
+    ("metagrad.alg2", {"size": 32}, "size"),
     ("metagrad.alg2", {"cs": [0.1, 0.001]}, "cs"),
     ("metagrad.tab6", {"size": 16}, "size"),
 ]

@@ -34,9 +34,9 @@ class Algorithm2Config(Config):
     def validate(self) -> None:
         super().validate()
         require(self, "width", 0 < self.width <= 1, "must be in (0, 1]")
-        require(self, "size", self.size >= 24, "must be >= 24 (Conv-Large's valid 3x3 conv after two poolings)")
-        require(self, "channels", self.channels >= 1, "must be >= 1")
-        require(self, "classes", self.classes >= 2, "must be >= 2")
+        require(self, "size", self.size == 28, "must be 28 (the worked example's Fashion-MNIST images)")
+        require(self, "channels", self.channels == 1, "must be 1 (the worked example's Fashion-MNIST images)")
+        require(self, "classes", self.classes == 10, "must be 10 (the worked example's Fashion-MNIST classes)")
         require(self, "batch", self.batch >= 2, "must be >= 2")
         require(self, "lr", self.lr > 0, "must be > 0")
         require(self, "gammas", len(self.gammas) >= 1 and min(self.gammas) > 0, "must list values > 0")
@@ -46,6 +46,21 @@ class Algorithm2Config(Config):
         require(self, "bench_repeats", self.bench_repeats >= 1, "must be >= 1")
         ok = len(self.cs) >= 2 and min(self.cs) > 0 and 0.01 in self.cs
         require(self, "cs", ok, "must list >= 2 values, all > 0, among them the paper's 0.01")
+
+
+def example_batches(cfg: Algorithm2Config):
+    """The worked example's batches: the first `batch` Fashion-MNIST training images as the labeled batch (one-hot
+    labels) and the next `batch` as the unlabeled one, normalised per channel, in float64. Gaussian noise
+    instead gave a randomly initialised Conv-Large in eval mode almost the same output for every image."""
+    from torch.nn import functional as F
+
+    from gradalign.data.augment import normalise
+    from gradalign.data.image_sets import image_set_info, load_image_set
+
+    info = image_set_info("fashion_mnist")
+    images, labels = load_image_set("fashion_mnist", "train")
+    x = normalise(images[: 2 * cfg.batch].double() / 255, info.mean, info.std)
+    return x[: cfg.batch], F.one_hot(labels[: cfg.batch], info.num_classes).double(), x[cfg.batch :]
 
 
 def alg2_targets(ratio: float) -> dict[str, dict]:
@@ -106,7 +121,6 @@ def alg2_checks(m: dict) -> dict[str, dict]:
 
 @one_thread
 def algorithm2(cfg: Algorithm2Config, device) -> dict:
-    from torch.nn import functional as F
 
     from gradalign.methods.metagrad import (
         algorithm2_loss,
@@ -121,11 +135,8 @@ def algorithm2(cfg: Algorithm2Config, device) -> dict:
     from gradalign.models.conv_large import ConvLarge
 
     torch.manual_seed(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
     model = ConvLarge(cfg.classes, cfg.channels, cfg.width).to(F64)
-    shape = (cfg.batch, cfg.channels, cfg.size, cfg.size)
-    x_l, x_u = torch.randn(shape, generator=gen, dtype=F64), torch.randn(shape, generator=gen, dtype=F64)
-    y_l = F.one_hot(torch.randint(cfg.classes, (cfg.batch,), generator=gen), cfg.classes).to(F64)
+    x_l, y_l, x_u = example_batches(cfg)
     model.train()
     for _ in range(3):  # a few train-mode passes, so the running statistics are not the initial ones
         model(torch.cat([x_l, x_u]))
@@ -133,6 +144,7 @@ def algorithm2(cfg: Algorithm2Config, device) -> dict:
     f = classifier(model)
     params = {k: v.detach() for k, v in model.named_parameters()}
     y_hat, grad_y = coded_pseudo_labels(f, params, x_l, y_l, x_u, cfg.lr)
+    y_tilde = f(params, x_u).detach()  # eval mode, as the code's meta step sees it
     _, grad_jvp = coded_pseudo_labels(f, params, x_l, y_l, x_u, cfg.lr, form="jvp")
     eq11 = first_order_fd(f, params, x_l, y_l, x_u, cfg.lr)
     raw = f(params, x_u).detach() - cfg.lr * grad_y
@@ -178,7 +190,7 @@ def algorithm2(cfg: Algorithm2Config, device) -> dict:
         "mixup_error": mix_error,
         "loss_error": abs(float((coded - eq13).detach())) / abs(float(eq13.detach())),
         "example": {
-            "y_tilde": f(params, x_u).detach()[:3].tolist(),
+            "y_tilde": y_tilde[:3].tolist(),
             "grad_y": grad_y[:3].tolist(),
             "y_hat": y_hat[:3].tolist(),
         },
@@ -315,8 +327,9 @@ EXPERIMENTS = [
         NOTEBOOK,
         choices={
             **EXACT_CHOICE,
-            "model": "Conv-Large at width 1/16 (8, 16, 32 channels) on 8 + 8 Gaussian 28 x 28 images, 10 classes, "
-            "after 3 train-mode passes so the BN running statistics differ from their initial values",
+            "model": "Conv-Large at width 1/16 (8, 16, 32 channels), randomly initialised, on the first 8 + 8 "
+            "Fashion-MNIST training images, after 3 train-mode passes so the BN running statistics differ from their "
+            "initial values",
             "lr": "0.1, the code's learning rate after warm-up (alpha = beta = lr)",
             "benchmark": "Conv-Large x0.25 in eval mode, float32, 32 + 32 random 28 x 28 images, one CPU thread; "
             "median of 5 interleaved calls after a warm-up",
