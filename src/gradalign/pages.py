@@ -34,7 +34,12 @@ from gradalign.report import (
 )
 from gradalign.results import ResultStore
 
-PART_PAGES = {"lga": "book/lga/intro.md", "isoloss": "book/isoloss/intro.md"}  # parts with pages so far
+def part_page(part: str) -> str | None:
+    """The part's introduction, when the book lists it (`_toc.yml`)."""
+    from gradalign.toc import in_book
+
+    page = f"book/{part}/intro.md"
+    return page if in_book(page) else None
 MARKER = re.compile(r"<!-- gradalign: (\w+)(?: (\w+))? -->")
 
 
@@ -50,8 +55,10 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
     for part, title in PARTS.items():
         ids = [e for e in ELEMENTS if e.startswith(part + ".")]
         built = sum(verdicts[e] != NOT_BUILT for e in ids)
-        name = f"[{title.split(' (')[0]}]({base}{PART_PAGES[part]})" if part in PART_PAGES else title.split(" (")[0]
-        state = f"{built} of {len(ids)}" + ("" if built else " (not built yet)")
+        paged = sum(page_link(e, base).startswith("[") for e in ids)  # linked: its page is in the book
+        intro = part_page(part)
+        name = f"[{title.split(' (')[0]}]({base}{intro})" if intro else title.split(" (")[0]
+        state = f"{paged} of {len(ids)}" + ("" if built else " (not built yet)")
         lines.append(f"| {name} | {state} | {summary_counts({e: verdicts[e] for e in ids})} |")
     lines += ["", f"{summary_counts(verdicts)} — of {len(ELEMENTS)} elements.", ""]
     for status in SUMMARY_ORDER:
