@@ -44,7 +44,8 @@ def git_commit() -> str:
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            # records under results/ are outputs, not code: writing one must not mark the next as dirty
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
             cwd=root,
             capture_output=True,
             text=True,

@@ -34,12 +34,15 @@ from gradalign.report import (
 )
 from gradalign.results import ResultStore
 
+
 def part_page(part: str) -> str | None:
     """The part's introduction, when the book lists it (`_toc.yml`)."""
     from gradalign.toc import in_book
 
     page = f"book/{part}/intro.md"
     return page if in_book(page) else None
+
+
 MARKER = re.compile(r"<!-- gradalign: (\w+)(?: (\w+))? -->")
 
 
