@@ -15,6 +15,7 @@ def test_every_notebook_runs_at_smoke(tmp_path):
         **os.environ,
         "GRADALIGN_PRESET": "smoke",
         "GRADALIGN_RESULTS": str(tmp_path / "results"),
+        "GRADALIGN_CACHE": str(tmp_path / "cache"),  # smoke runs stay out of the user's run cache
         "GRADALIGN_PROGRESS": "0",
         "MPLBACKEND": "Agg",
         "GRADALIGN_BATCH": "1",
