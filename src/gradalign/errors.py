@@ -15,3 +15,8 @@ class DataNotFoundError(GradalignError, FileNotFoundError):
 
 class DivergenceError(GradalignError, FloatingPointError):
     """A quantity became NaN or Inf during a run."""
+
+
+class NotRunHereError(GradalignError, RuntimeError):
+    """An experiment whose preset is defined and validated but cannot run on this kind of machine (the message
+    says what it needs); raised before any compute."""

@@ -37,7 +37,8 @@ def element_verdict(element_id: str, record: dict | None) -> str:
     """The element's line in the summary: its record's verdict, or why there is none."""
     if record is not None:
         return record["verdict"]["status"]
-    return NOT_BUILT if element_status(element_id) == NOT_BUILT else NO_RECORD
+    status = element_status(element_id)
+    return {NOT_BUILT: NOT_BUILT, "not run here": "not run here"}.get(status, NO_RECORD)
 
 
 def scale_of(record: dict) -> str:

@@ -17,7 +17,7 @@ class Experiment:
     presets: dict[str, dict[str, Any]]
     version: int
     notebook: str  # source notebook, relative to the project root
-    status: str = "built"  # or "partial" (the note says what is missing)
+    status: str = "built"  # or "partial" (the note says what is missing), or "not run here" (the note says why)
     uses_accelerator: bool = False  # False: computes on the CPU whatever device is asked for
     note: str = ""
     choices: dict[str, str] = field(default_factory=dict)  # our choices where the paper is silent

@@ -13,8 +13,8 @@ al. 2020, App. C; the official `train_meta.py`, PROTOCOLS.md).
   uses to select a test error as well (our addition: both are shown, each named).
 
 Finished runs live in the run cache (kind `metagrad.ssl`), keyed by their `SemiMetaRunSpec`, so the ablation,
-Table 1 and the t-SNE figure share runs. At the end of a run the features (Conv-Large's pooled 128-d vector)
-of a sample of labeled, unlabeled and test images are embedded in 2-D by t-SNE (scikit-learn) for Figure 3.
+Table 1 and the t-SNE figure share runs. At the end of a run the pooled features (Conv-Large's 128-d vector) of
+a sample of labeled, unlabeled and test images are embedded in 2-D by t-SNE (scikit-learn) for Figure 3.
 """
 
 from __future__ import annotations
@@ -91,15 +91,18 @@ class SemiMetaRunSpec(Settings):
     n_unlabeled: int = 0  # 0: every training image not labeled and not in the validation split
     n_validation: int = 5000
     n_test: int = 0  # 0: the whole test split
-    width: float = 1.0  # Conv-Large's channels × this
+    width: float = 1.0  # the model's channels × this
     data_seed: int = 0  # the split (the code's README seeds: SVHN 7788, CIFAR-10 8469)
     seed: int = 0  # initialisation, batch order, augmentation, mixup
     tsne_points: int = 300  # per set (labeled, unlabeled, test) for Figure 3; 0: none
+    model: str = "conv_large"  # a key of MODELS (Table 2: shake_shake26); not in the key when Conv-Large
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
 
         require(self, "dataset", self.dataset in IMAGE_SETS, f"must be one of {tuple(IMAGE_SETS)}")
+        require(self, "model", self.model in MODELS, f"must be one of {tuple(MODELS)}")
+        require(self, "width", self.model != "resnet18" or self.width == 1, "must be 1 for resnet18 (torchvision's)")
         require(self, "n_labeled", self.n_labeled >= self.protocol.batch_labeled, "must be >= protocol.batch_labeled")
         ok = self.n_unlabeled == 0 or self.n_unlabeled >= self.protocol.batch_unlabeled
         require(self, "n_unlabeled", ok, "must be 0 or >= protocol.batch_unlabeled")
@@ -111,9 +114,41 @@ class SemiMetaRunSpec(Settings):
             same = self.protocol.batch_labeled == self.protocol.batch_unlabeled
             require(self, "protocol.batch_unlabeled", same, "must equal batch_labeled with mixup (pairs, Eq. 12)")
 
+    def to_dict(self) -> dict:
+        """The run-cache key's fields; `model` only when it is not Conv-Large, so that the runs stored before
+        the field existed keep their keys."""
+        out = super().to_dict()
+        if self.model == "conv_large":
+            del out["model"]
+        return out
+
     @property
     def title(self) -> str:
         return f"{VARIANTS[self.method.variant][0]} {self.n_labeled} labels seed {self.seed}"
+
+
+def _conv_large(classes: int, channels: int, width: float):
+    from gradalign.models.conv_large import ConvLarge
+
+    return ConvLarge(classes, channels, width)
+
+
+def _shake_shake(classes: int, channels: int, width: float):
+    from gradalign.models.shake_shake import ShakeShake26
+
+    return ShakeShake26(classes, channels, width)
+
+
+def _resnet18(classes: int, channels: int, width: float):
+    from gradalign.models.resnet18 import ResNet18
+
+    if width != 1:
+        raise ValueError(f"ResNet-18 comes at width 1 only (torchvision's); got width {width}")
+    return ResNet18(classes, channels)
+
+
+# name -> (classes, input channels, width) -> a module with `features` and `head`
+MODELS = {"conv_large": _conv_large, "shake_shake26": _shake_shake, "resnet18": _resnet18}
 
 
 @dataclass
@@ -180,16 +215,17 @@ def _split_data(spec: SemiMetaRunSpec, device) -> SemiMetaData:
 
 
 class SemiMetaRun:
-    """One run's state: Conv-Large, its SGD optimizer, the two index streams and the augmentation generator."""
+    """One run's state: the model (Conv-Large unless the spec names another), its SGD optimizer, the two index
+    streams and the augmentation generator."""
 
     def __init__(self, spec: SemiMetaRunSpec, data: SemiMetaData, device):
         from gradalign.data.image_sets import image_set_info
-        from gradalign.models.conv_large import ConvLarge
 
         self.spec, self.data, self.device, p = spec, data, torch.device(device), spec.protocol
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
-            self.model = ConvLarge(data.classes, image_set_info(spec.dataset).channels, spec.width).to(self.device)
+            model = MODELS[spec.model](data.classes, image_set_info(spec.dataset).channels, spec.width)
+            self.model = model.to(self.device)
         self.optimizer = torch.optim.SGD(
             self.model.parameters(), lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay
         )

@@ -19,7 +19,12 @@ from gradalign.training.semimeta import SemiMetaProtocol, SemiMetaRunSpec
 
 NOTEBOOK = "notebooks/metagrad/03_benchmark.ipynb"
 PAPER_COLUMNS = (("svhn", 1000), ("cifar10", 4000), ("cifar100", 10000))  # Tables 1 and 4
-PAPER_DATA = {"metagrad.fig2": "SVHN and CIFAR-10 at several label counts", "metagrad.fig3": "SVHN 1k labels"}
+PAPER_DATA = {
+    "metagrad.fig2": "SVHN and CIFAR-10 at several label counts",
+    "metagrad.fig3": "SVHN 1k labels",
+    "metagrad.tab2": "CIFAR-10 1k, 2k, 4k and CIFAR-100 6k, 8k, 10k labels",
+}
+MODEL_TITLES = {"conv_large": "Conv-Large", "shake_shake26": "ResNet-26 shake-shake 2×96d", "resnet18": "ResNet-18"}
 METRICS = {
     "best_test_error": "best test error over training (the paper's)",
     "selected_test_error": "test error at the best validation error (ours)",
@@ -140,11 +145,11 @@ def ssl_scale(record: dict) -> str:
     from gradalign.data.image_sets import IMAGE_SETS
 
     cfg = record["config"]
-    p = cfg["protocol"]
+    p, model = cfg["protocol"], MODEL_TITLES[cfg.get("model", "conv_large")]
     data = ", ".join(f"{IMAGE_SETS[d].title} {n:,} labels" for d, n in cfg["columns"])
     text = scale_text(
         (data, PAPER_DATA.get(record["id"], "SVHN 1k, CIFAR-10 4k, CIFAR-100 10k labels")),
-        (f"Conv-Large ×{cfg['width']:g}", "Conv-Large"),
+        (f"{model} ×{cfg['width']:g}" if cfg["width"] != 1 else model, model),
         (f"{p['steps']:,} steps of {p['batch_labeled']} + {p['batch_unlabeled']}", "400,000 steps of 128 + 128"),
         (plural(cfg["seeds"], "seed"), "seeds not stated"),
     )
