@@ -459,7 +459,12 @@ def _smoke_names(exp_id: str) -> list[str]:
 
 
 ENUMERATED_ELSEWHERE = {  # parts whose failing cases live beside their own tests
-    "sgr": ("tests/test_sgr_theory.py", "tests/test_sgr_training.py", "tests/test_activation_memory.py"),
+    "sgr": (
+        "tests/test_sgr_theory.py",
+        "tests/test_sgr_training.py",
+        "tests/test_sgr_bp_free.py",
+        "tests/test_activation_memory.py",
+    ),
     "metagrad": ("tests/test_metagrad.py", "tests/test_semimeta_training.py"),
 }
 

@@ -142,8 +142,17 @@ def infopro_decoder(
     return InfoProDecoder(channels, image_channels, image_size)
 
 
+def etf_head(features: int, classes: int) -> nn.Module:
+    """The fixed ETF classifier of Eq. 7 on a module's flat output of `features` units (the BP-free PlainMLP):
+    no parameters, never trained; drawn from the global generator (seeded by the run)."""
+    from gradalign.models.etf import FixedETFHead
+
+    return FixedETFHead(features, classes)
+
+
 HEADS: dict[str, Callable[[int, int], nn.Module]] = {
     "belilovsky": belilovsky_head,
+    "etf": etf_head,
     "infopro": infopro_head,
     "dgl": dgl_head,
     "gap_linear": gap_linear_head,

@@ -17,7 +17,9 @@ augmentation).
 After every epoch: test accuracy and loss of the network's own classifier (the last module's head:
 `nn.Sequential(*modules, head)` is the model), in eval mode (BN running statistics), and the epoch's
 means of the step diagnostics (train loss and accuracy of the batches, each module's local loss and
-SGR term). No validation split: the paper reports the accuracy at the end of training, and so do we.
+SGR term). No validation split: the paper reports the accuracy at the end of training, and so do we. Runs of
+the BP-free PlainMLP (`mlp<L>`, Table 4) also record Figure 3's ΔL_k per module (`input_effect`): one more
+forward pass before and one after each step.
 
 Finished runs live in the run cache (kind `sgr.local`): a run is keyed by its `LocalRunSpec` only, so
 experiments that need the same run (Table 3's ResNet-32 SGR at K = 16 and Table 6's) share it. A run
@@ -41,6 +43,7 @@ from gradalign.config import Settings, require
 from gradalign.data.augment import normalise
 from gradalign.data.crop_flip import crop_flip
 from gradalign.errors import DivergenceError
+from gradalign.analysis.input_effect import input_effect, module_inputs
 from gradalign.methods.local import LOCAL_METHODS, TITLES, LocalSettings
 from gradalign.training import loop
 from gradalign.training.checkpoint import data_digest, fingerprint
@@ -62,12 +65,20 @@ def network_depth(network: str) -> int | None:
     return int(digits) if network.startswith("vgg") and digits.isdigit() else None
 
 
+def mlp_depth(network: str) -> int | None:
+    """The number of blocks of an `mlp<L>` name (the BP-free PlainMLP), else None."""
+    digits = network[3:]
+    return int(digits) if network.startswith("mlp") and digits.isdigit() and int(digits) >= 1 else None
+
+
 def network_splits(network: str) -> tuple[int, ...]:
-    """The K a network can be split into: ResNet-32 / PlainNet-32 1, 2, 3, 16; VGG-d 1, 5, d − 2."""
+    """The K a network can be split into: ResNet-32 / PlainNet-32 1, 2, 3, 16; VGG-d 1, 5, d − 2; MLP-L 1, L."""
     from gradalign.models.vgg_deep import VGG_STAGES
 
     if network in RESNETS:
         return (1, 2, 3, 16)
+    if mlp_depth(network):
+        return tuple(sorted({1, mlp_depth(network)}))
     depth = network_depth(network)
     return tuple(sorted({1, VGG_STAGES, depth - 2})) if depth else ()
 
@@ -76,7 +87,8 @@ def known_network(network: str) -> bool:
     from gradalign.models.vgg_deep import VGG_STAGES
 
     depth = network_depth(network)
-    return network in RESNETS or (depth is not None and depth >= 7 and (depth - 2) % VGG_STAGES == 0)
+    vgg = depth is not None and depth >= 7 and (depth - 2) % VGG_STAGES == 0
+    return network in RESNETS or vgg or mlp_depth(network) is not None
 
 
 @dataclass(frozen=True)
@@ -108,7 +120,7 @@ class SGRProtocol(Settings):
 class LocalRunSpec(Settings):
     """Everything one training run depends on (its run-cache key)."""
 
-    network: str = "resnet32"  # resnet32, plainnet32 or vgg<d> (d = 5m + 2: Table 7's 12 ... 57)
+    network: str = "resnet32"  # resnet32, plainnet32, vgg<d> (d = 5m + 2: Table 7's 12 ... 57), mlp<L> (Table 4)
     method: LocalSettings = LocalSettings()
     protocol: SGRProtocol = SGRProtocol()
     dataset: str = "fashion_mnist"
@@ -121,7 +133,8 @@ class LocalRunSpec(Settings):
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
 
-        require(self, "network", known_network(self.network), "must be resnet32, plainnet32 or vgg<d>, d = 5m + 2")
+        ok = known_network(self.network)
+        require(self, "network", ok, "must be resnet32, plainnet32, vgg<d> (d = 5m + 2) or mlp<L> (L >= 1)")
         splits = network_splits(self.network)
         require(self, "method.modules", self.method.modules in splits, f"must be one of {splits} for {self.network}")
         require(self, "dataset", self.dataset in IMAGE_SETS, f"must be one of {tuple(IMAGE_SETS)}")
@@ -139,7 +152,8 @@ class LocalRunSpec(Settings):
 
 
 def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleList, list[nn.Module]]:
-    """(model, its K modules, the K − 1 local heads) of a run; the last module's head is `model.head`.
+    """(model, its K modules, the K − 1 local heads) of a run; the last module's head is `model.head`. The BP-free
+    `mlp<L>` (Table 4) wants the `etf` head (its own classifier is one): its modules are its blocks.
 
     Table 7's VGG gets BatchNorm after every conv by default (`vgg_batch_norm`, our choice, against
     `models.vgg_deep`'s default): without it, on Fashion-MNIST at SGR's lr 0.1, VGG-12 stayed at chance
@@ -147,6 +161,7 @@ def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleL
     here), whereas the paper's global BP reaches 90.8 % at d = 12 with the same protocol."""
     from gradalign.methods.infopro import InfoProHead
     from gradalign.models.local_heads import local_head
+    from gradalign.models.plain_mlp import PlainMLP, mlp_modules
     from gradalign.models.resnet_cifar import module_channels, resnet32, split_into_modules
     from gradalign.models.vgg_deep import vgg_deep, vgg_module_channels, vgg_modules
 
@@ -154,6 +169,9 @@ def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleL
     if spec.network in RESNETS:
         model = resnet32(classes, info.channels, spec.width, plain=RESNETS[spec.network])
         modules, channels = split_into_modules(model, K), module_channels(model, K)
+    elif mlp_depth(spec.network):
+        model = PlainMLP(mlp_depth(spec.network), classes, info.channels * info.image_size**2, spec.width)
+        modules, channels = mlp_modules(model, K), [model.feature_dim] * K
     else:
         model = vgg_deep(network_depth(spec.network), classes, info.channels, spec.width, spec.vgg_batch_norm)
         modules, channels = vgg_modules(model, K), vgg_module_channels(model, K)
@@ -230,6 +248,7 @@ class LocalRun:
             for module, head in zip(self.modules, self.heads)
         ]
         self.step_fn = LOCAL_METHODS[spec.method.method]
+        self.measure_input_effect = mlp_depth(spec.network) is not None and spec.method.modules > 1  # Figure 3
         self.steps_per_epoch = len(data.images) // p.batch_size
         self.total_steps = self.steps_per_epoch * p.epochs
         self.generator = torch.Generator(self.device).manual_seed(spec.seed)
@@ -254,7 +273,11 @@ class LocalRun:
             for group in opt.param_groups:
                 group["lr"] = self.lr
         x, y = self.batch(i)
-        return self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
+        if not self.measure_input_effect:
+            return self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
+        old = module_inputs(self.modules, x)
+        out = self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
+        return {**out, **input_effect(self.modules, self.heads, x, y, old)}
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict:
         self.epoch_seconds.append(time.perf_counter() - self.epoch_began)
@@ -271,6 +294,11 @@ class LocalRun:
             "sgr": sum(sgr) / len(sgr) if sgr else None,  # the mean over modules 2..K of the epoch's mean
             "sgr_by_module": _mean_over(sums, count, "sgr_", K),
             "local_loss_by_module": _mean_over(sums, count, "local_loss_", K),
+            **(
+                {"input_effect_by_module": _mean_over(sums, count, "input_effect_", K)}
+                if self.measure_input_effect
+                else {}
+            ),
         }
 
     def state_dict(self) -> dict:

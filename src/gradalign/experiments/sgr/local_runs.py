@@ -24,7 +24,15 @@ TABLE3_NETWORKS = ("resnet32", "plainnet32")
 TABLE3_METHODS = ("layerwise", "reforward", "sgr")
 TABLE6_METHODS = ("greedy", "dgl", "infopro", "sgr")
 TABLE6_SPLITS = (16, 3, 2)
-PAPER_DATA = {"sgr.tab3": "CIFAR-10", "sgr.tab6": "CIFAR-10, CIFAR-100", "sgr.tab7": "CIFAR-10"}
+PAPER_DATA = {
+    "sgr.tab3": "CIFAR-10",
+    "sgr.tab4": "CIFAR-10, CIFAR-100",
+    "sgr.tab6": "CIFAR-10, CIFAR-100",
+    "sgr.tab7": "CIFAR-10",
+    "sgr.fig2": "CIFAR-10",
+    "sgr.fig3": "CIFAR-10",
+    "sgr.fig4": "CIFAR-10",
+}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,296 @@
+"""SGR part, BP-free training (notebook sgr/04): Table 4 and Figures 2 and 4 of Yang et al. (2024), §4.2.
+
+Every block of the BP-free PlainNet (`models.plain_mlp`: Linear → ReLU) is a local module with a fixed ETF
+classifier (Eq. 7), so the gradient at each block's output is analytic and nothing back-propagates across
+blocks. The local steps are those of local-BP training (`methods.local`) with the `etf` head: layer-wise,
+reforward and SGR (Eq. 5–6). The three figures and the table read the same runs (run cache kind `sgr.local`,
+network `mlp<L>`).
+
+- `sgr.tab4`: final test accuracy of layer-wise, reforward and SGR. Claim: SGR beats both (Table 4: by more
+  than 3 points on CIFAR-10 and 1 on CIFAR-100). The FA, DRTP and PEPITA rows of the paper are quoted from
+  Dellaferrera & Kreiman (2022), not run by its authors; the page shows them as the paper gives them.
+- `sgr.fig2`: the SGR term averaged over neighbouring modules, and the test accuracy, over training, with and
+  without SGR. Claims (§4.2): the term is lower with SGR, and the test accuracy is higher throughout training.
+- `sgr.fig3`: ΔL_k, the change of module k's loss caused by the updates of the modules before it in one step
+  (`training.local.input_effect`), averaged per epoch, with and without SGR (§4.4, on a 4-layer PlainNet as
+  ours is). Claims: without SGR its scale grows with depth and the deeper layers' ΔL is above zero most of
+  the time; with SGR the scale stays smaller and the last layer's ΔL is below zero in most epochs.
+- `sgr.fig4`: train loss, train accuracy and test loss over training, with and without SGR (App. F). The paper
+  states no claim about them; ours, what the figure shows: at the last epoch SGR's train loss and test loss are
+  lower and its train accuracy higher.
+
+Decision rules as for local-BP (`local_runs.beats`, means over seeds); "throughout training" = at every epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gradalign.config import require
+from gradalign.experiments.base import Experiment, check, outcome
+from gradalign.experiments.sgr.local_runs import LocalBPConfig, beats, curves_of, difference, local_scale, run_group
+from gradalign.experiments.sgr.local_runs import scope, summary
+from gradalign.methods.local import TITLES
+from gradalign.training.local import RUN_VERSION
+
+NOTEBOOK = "notebooks/sgr/04_bp_free.ipynb"
+BP_FREE_METHODS = ("layerwise", "reforward", "sgr")
+
+
+@dataclass(frozen=True)
+class BPFreeConfig(LocalBPConfig):
+    depth: int = 4  # blocks of the PlainMLP, each a module (our choice: the paper's depth is not stated)
+    methods: tuple[str, ...] = BP_FREE_METHODS
+
+    def validate(self) -> None:
+        super().validate()
+        require(self, "depth", self.depth >= 2, "must be >= 2 (local learning needs two modules)")
+        require(self, "methods", "sgr" in self.methods, "must include sgr (the claims compare it with the others)")
+        require(self, "methods", set(self.methods) <= set(BP_FREE_METHODS), f"must be among {BP_FREE_METHODS}")
+        if "cifar100" in self.datasets:
+            require(self, "width", round(1024 * self.width) >= 100, "must give >= 100 units for CIFAR-100's ETF")
+
+    @property
+    def network(self) -> str:
+        return f"mlp{self.depth}"
+
+    def method(self, name: str, modules: int):
+        return replace(super().method(name, modules), head="etf")
+
+
+def _runs(cfg: BPFreeConfig, methods, device) -> dict:
+    jobs = [(cfg.network, m, cfg.depth, d) for d in cfg.datasets for m in methods]
+    return run_group(cfg, jobs, device)
+
+
+def _prefixed(cfg, dataset, checks):
+    return {name if len(cfg.datasets) == 1 else f"{dataset}_{name}": c for name, c in checks.items()}
+
+
+def _mean_curve(rows: list[list]) -> list[float | None]:
+    """Mean over seeds at each epoch (None where a seed has no value)."""
+    out = []
+    for values in zip(*rows):
+        kept = [v for v in values if v is not None]
+        out.append(sum(kept) / len(kept) if len(kept) == len(values) else None)
+    return out
+
+
+# --- Table 4 -----------------------------------------------------------------------------------------------
+
+
+def table4_checks(table: dict) -> dict:
+    """`table[method]` = summary of the final test accuracy: SGR above layer-wise and above reforward."""
+    paper = {"layerwise": "72.40 vs 69.17 and 49.41 vs 48.30", "reforward": "72.40 vs 69.05 and 49.41 vs 47.12"}
+    return {
+        f"sgr_beats_{other}": check(
+            beats(table["sgr"], table[other]),
+            difference(table["sgr"], table[other]),
+            f"mean final test accuracy of SGR > {TITLES[other]}'s (a: SGR, b: {TITLES[other]})",
+            f"in BP-free training SGR outperforms {TITLES[other].lower()} training (Table 4, CIFAR-10 and "
+            f"CIFAR-100: {paper[other]})",
+        )
+        for other in BP_FREE_METHODS
+        if other != "sgr" and other in table
+    }
+
+
+def table4(cfg: BPFreeConfig, device) -> dict:
+    runs = _runs(cfg, cfg.methods, device)
+    tables, curves, checks = {}, {}, {}
+    for d in cfg.datasets:
+        tables[d] = {m: summary(runs[(cfg.network, m, cfg.depth, d)]) for m in cfg.methods}
+        curves.update({f"{d}/{m}": curves_of(runs[(cfg.network, m, cfg.depth, d)]) for m in cfg.methods})
+        checks.update(_prefixed(cfg, d, table4_checks(tables[d])))
+    seconds = sum(s["train_seconds"] for t in tables.values() for s in t.values())
+    metrics = {"table": tables, "train_seconds": seconds, "network": cfg.network}
+    return outcome(checks, metrics, curves, scope=scope(cfg, ("cifar10", "cifar100")))
+
+
+# --- Figures 2 and 4 ---------------------------------------------------------------------------------------
+
+
+def _per_epoch(with_sgr: list, without: list, better) -> dict:
+    pairs = [(a, b) for a, b in zip(with_sgr, without) if a is not None and b is not None]
+    wins = [better(a, b) for a, b in pairs]
+    return {
+        "epochs": len(pairs),
+        "epochs_sgr_better": sum(wins),
+        "last": {"sgr": pairs[-1][0], "without": pairs[-1][1]},
+    }
+
+
+def figure2_checks(sgr: dict, layerwise: dict) -> dict:
+    """`sgr`, `layerwise`: mean-over-seeds curves {"sgr": [...], "test_acc": [...]} per epoch."""
+    term = _per_epoch(sgr["sgr"], layerwise["sgr"], lambda a, b: a < b)
+    acc = _per_epoch(sgr["test_acc"], layerwise["test_acc"], lambda a, b: a > b)
+    return {
+        "sgr_term_lower_with_sgr": check(
+            term["epochs"] > 0 and term["epochs_sgr_better"] == term["epochs"],
+            term,
+            "at every epoch: mean SGR term (over neighbouring modules and seeds) with SGR < layer-wise's",
+            "with SGR the average SGR loss of neighbouring layers is significantly lower than without (Figure 2)",
+        ),
+        "test_accuracy_higher_throughout": check(
+            acc["epochs"] > 0 and acc["epochs_sgr_better"] == acc["epochs"],
+            acc,
+            "at every epoch: mean test accuracy with SGR > layer-wise's",
+            "with SGR the test accuracy is better throughout training (Figure 2)",
+        ),
+    }
+
+
+def figure4_checks(sgr: dict, layerwise: dict) -> dict:
+    """The last epoch's train loss, train accuracy and test loss (means over seeds), with against without SGR."""
+    rules = {"train_loss": ("lower", lambda a, b: a < b), "train_acc": ("higher", lambda a, b: a > b)}
+    rules["test_loss"] = ("lower", lambda a, b: a < b)
+    out = {}
+    for name, (word, better) in rules.items():
+        a, b = sgr[name][-1], layerwise[name][-1]
+        out[f"final_{name}_{word}_with_sgr"] = check(
+            better(a, b),
+            {"sgr": a, "without": b},
+            f"last epoch, mean over seeds: {name.replace('_', ' ')} with SGR {word} than layer-wise's",
+            f"with SGR the {name.replace('_', ' ')} ends {word} (Figure 4; our reading of the curves)",
+        )
+    return out
+
+
+def _figure(cfg: BPFreeConfig, device, checks_of) -> dict:
+    runs = _runs(cfg, ("layerwise", "sgr"), device)
+    checks, curves, means = {}, {}, {}
+    for d in cfg.datasets:
+        for m in ("layerwise", "sgr"):
+            c = curves_of(runs[(cfg.network, m, cfg.depth, d)])
+            curves[f"{d}/{m}"] = c
+            means[(d, m)] = {k: _mean_curve(c[k]) for k in ("sgr", "test_acc", "train_loss", "train_acc", "test_loss")}
+        checks.update(_prefixed(cfg, d, checks_of(means[(d, "sgr")], means[(d, "layerwise")])))
+    seconds = sum(r["train_seconds"] for group in runs.values() for r in group)
+    return outcome(checks, {"train_seconds": seconds, "network": cfg.network}, curves, scope=scope(cfg, ("cifar10",)))
+
+
+def figure2(cfg: BPFreeConfig, device) -> dict:
+    return _figure(cfg, device, figure2_checks)
+
+
+def figure4(cfg: BPFreeConfig, device) -> dict:
+    return _figure(cfg, device, figure4_checks)
+
+
+# --- Figure 3 ----------------------------------------------------------------------------------------------
+
+
+def _mean_abs(values: list) -> float:
+    return sum(abs(v) for v in values) / len(values)
+
+
+def figure3_checks(effect: dict) -> dict:
+    """`effect[method][k]` = the per-epoch ΔL_k (mean over seeds), k = 2 … K, for layerwise and sgr: the four
+    statements of §4.4 about a 4-layer PlainNet."""
+    without, with_sgr = effect["layerwise"], effect["sgr"]
+    ks = sorted(without, key=int)
+    deep, last = ks[1:], ks[-1]
+    scale = {k: round(_mean_abs(without[k]), 6) for k in ks}
+
+    def share_above(values):
+        return sum(v > 0 for v in values) / len(values)
+
+    return {
+        "scale_grows_with_depth_without_sgr": check(
+            all(scale[a] < scale[b] for a, b in zip(ks, ks[1:])),
+            scale,
+            "without SGR, the mean |ΔL_k| over epochs strictly increases with k",
+            "without SGR the scale of ΔL grows in deeper layers: discordant local updates accumulate (Figure 3)",
+        ),
+        "sgr_keeps_deep_scale_smaller": check(
+            _mean_abs(with_sgr[last]) < _mean_abs(without[last]),
+            {"sgr": round(_mean_abs(with_sgr[last]), 6), "without": scale[last]},
+            f"mean |ΔL_{last}| over epochs with SGR < without",
+            "with SGR the scale of ΔL does not grow apparently in deep layers (Figure 3)",
+        ),
+        "deep_layers_not_helped_without_sgr": check(
+            all(share_above(without[k]) > 0.5 for k in deep),
+            {f"ΔL_{k} > 0": round(share_above(without[k]), 3) for k in deep},
+            "without SGR, ΔL_k > 0 in more than half of the epochs, for k = 3 … K",
+            "without SGR the deeper layers' curves are above zero most of the time: the prior updates contribute "
+            "little to their learning (Figure 3)",
+        ),
+        "last_layer_helped_with_sgr": check(
+            share_above(with_sgr[last]) < 0.5,
+            {f"ΔL_{last} < 0": round(1 - share_above(with_sgr[last]), 3)},
+            f"with SGR, ΔL_{last} < 0 in more than half of the epochs",
+            "with SGR the last layer's curve is below zero in most epochs: the first layers hand it a better "
+            "input (Figure 3)",
+        ),
+    }
+
+
+def figure3(cfg: BPFreeConfig, device) -> dict:
+    runs = _runs(cfg, ("layerwise", "sgr"), device)
+    checks, effects = {}, {}
+    for d in cfg.datasets:
+        effect = {}
+        for m in ("layerwise", "sgr"):
+            histories = [r["history"]["input_effect_by_module"] for r in runs[(cfg.network, m, cfg.depth, d)]]
+            epochs = min(len(h) for h in histories)  # seed -> epoch -> module 1 ... K (module 1: None)
+            effect[m] = {
+                str(k): [sum(h[e][k - 1] for h in histories) / len(histories) for e in range(epochs)]
+                for k in range(2, cfg.depth + 1)
+            }
+        effects[d] = effect
+        checks.update(_prefixed(cfg, d, figure3_checks(effect)))
+    seconds = sum(r["train_seconds"] for group in runs.values() for r in group)
+    metrics = {"input_effect": effects, "train_seconds": seconds, "network": cfg.network}
+    return outcome(checks, metrics, scope=scope(cfg, ("cifar10",)))
+
+
+# --- presets -----------------------------------------------------------------------------------------------
+
+PRESETS = {
+    "smoke": {
+        "width": 0.0625,
+        "n_train": 256,
+        "n_test": 256,
+        "seeds": 2,
+        "protocol.epochs": 2,
+        "protocol.batch_size": 64,
+    },
+    "cpu": {"width": 0.25, "seeds": 3, "protocol.epochs": 20},
+    "gpu": {"width": 1.0, "seeds": 3, "protocol.epochs": 100},  # estimated, not timed
+    "paper": {"datasets": ("cifar10", "cifar100"), "width": 1.0, "seeds": 3, "protocol.epochs": 200},
+}
+FIGURE_PRESETS = {**PRESETS, "paper": {**PRESETS["paper"], "datasets": ("cifar10",)}}
+CHOICES = {
+    "network": "BP-free PlainNet = 4 fully connected blocks (Linear -> ReLU, 1,024 x width units), each a module "
+    "with a fixed ETF head; the paper states neither depth nor width",
+    "protocol": "App. E's CIFAR protocol for every method (SGD 0.1, momentum 0.9, wd 5e-4, cosine, batch 128, crop "
+    "+ flip); cpu: Fashion-MNIST, all 60,000 training images, width x0.25 (256 units), 20 epochs, 3 seeds",
+    "lambda": "SGR's lambda = 1 with Algorithm 1's mean reduction, as for local-BP training",
+    "rules": "A > B: mean over seeds higher; throughout training: at every epoch",
+}
+NOTE = "cpu/gpu presets run on Fashion-MNIST (the paper: CIFAR-10 and CIFAR-100); FA, DRTP, PEPITA not run yet"
+SHARES = "the BP-free runs stored once for sgr.tab4, fig2, fig3 and fig4 (run cache: sgr.local, network mlp4)"
+
+
+def _experiment(element_id: str, run, presets: dict) -> Experiment:
+    return Experiment(
+        element_id,
+        run,
+        BPFreeConfig,
+        presets,
+        RUN_VERSION,
+        NOTEBOOK,
+        uses_accelerator=True,
+        note=NOTE,
+        choices=CHOICES,
+        shares=SHARES,
+        scale=local_scale,
+    )
+
+
+EXPERIMENTS = [
+    _experiment("sgr.tab4", table4, PRESETS),
+    _experiment("sgr.fig2", figure2, FIGURE_PRESETS),
+    _experiment("sgr.fig3", figure3, FIGURE_PRESETS),
+    _experiment("sgr.fig4", figure4, FIGURE_PRESETS),
+]

@@ -1,0 +1,157 @@
+"""SGR's BP-free training (sgr.tab4, fig2, fig4): the PlainMLP with fixed ETF heads, the analytic local gradient
+of a block, the run spec, and the checks fed passing and failing cases."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from gradalign.analysis.input_effect import input_effect, module_inputs
+from gradalign.errors import ConfigError
+from gradalign.experiments import EXPERIMENTS
+from gradalign.experiments.sgr import bp_free
+from gradalign.methods.local import LOCAL_METHODS, LocalSettings
+from gradalign.models.etf import FixedETFHead
+from gradalign.models.plain_mlp import PlainMLP, mlp_modules, parameter_count
+from gradalign.training import local as tl
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_plain_mlp_parameters_follow_the_layer_list_and_its_heads_are_fixed():
+    model = PlainMLP(4, 10, 784, 0.25)
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(4, 784, 0.25) == 785 * 256 + 3 * 257 * 256
+    assert isinstance(model.head, FixedETFHead) and not list(model.head.parameters())
+    assert len(mlp_modules(model, 4)) == 4 and len(mlp_modules(model, 1)) == 1
+    with pytest.raises(ValueError, match="splits into 1 or 4"):
+        mlp_modules(model, 2)
+
+
+def test_a_bp_free_block_gets_the_analytic_gradient_of_its_own_etf_loss():
+    """Layer-wise step, module 2: dW = (δa)ᵀ x₁ with δa = ((softmax(x₂M) − Y) Mᵀ / B) ⊙ 1[a > 0], where x₁ is
+    module 1's output before its step: nothing from module 3 reaches it (§3.3)."""
+    torch.manual_seed(0)
+    model = PlainMLP(3, 4, 12, 8 / 1024)
+    modules = mlp_modules(model, 3)
+    heads = [FixedETFHead(8, 4), FixedETFHead(8, 4), model.head]
+    x, y = torch.randn(6, 1, 3, 4), torch.tensor([0, 1, 2, 3, 0, 1])
+    with torch.no_grad():
+        x1 = modules[0](x)
+        lin = modules[1][0]
+        a = lin(x1)
+        x2 = torch.relu(a)
+        delta = (torch.softmax(heads[1](x2), 1) - F.one_hot(y, 4)) @ heads[1].weight.T / len(y)
+        expected = ((delta * (a > 0)).T @ x1, (delta * (a > 0)).sum(0))
+    opts = [torch.optim.SGD(m.parameters(), lr=0.0) for m in modules]
+    LOCAL_METHODS["layerwise"](modules, heads, opts, x, y, LocalSettings(method="layerwise", modules=3, head="etf"))
+    assert torch.allclose(lin.weight.grad, expected[0], atol=1e-6)
+    assert torch.allclose(lin.bias.grad, expected[1], atol=1e-6)
+
+
+def test_bp_free_run_specs():
+    cfg = EXPERIMENTS["sgr.tab4"].resolve("cpu")
+    s = cfg.spec(cfg.network, "sgr", cfg.depth, "fashion_mnist", 0)
+    assert (s.network, s.method.modules, s.method.head_kind, s.width) == ("mlp4", 4, "etf", 0.25)
+    with pytest.raises(ConfigError, match="method.modules must be one of"):
+        tl.LocalRunSpec(network="mlp4", method=LocalSettings(method="sgr", modules=3, head="etf"))
+    with pytest.raises(ConfigError, match="network must be"):
+        tl.LocalRunSpec(network="mlp0")
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [({"depth": 1}, "depth"), ({"methods": ["layerwise"]}, "methods"), ({"methods": ["sgr", "dgl"]}, "methods")],
+)
+def test_bad_settings_refused(override, field):
+    with pytest.raises(ConfigError, match=field):
+        EXPERIMENTS["sgr.tab4"].resolve("smoke", override)
+    with pytest.raises(ConfigError, match="CIFAR-100's ETF"):
+        EXPERIMENTS["sgr.tab4"].resolve("paper", {"width": 0.05})
+
+
+def _s(mean):
+    return {"mean": mean, "std": 1.0, "n": 3}
+
+
+def test_table4_checks():
+    ok = bp_free.table4_checks({"layerwise": _s(60.0), "reforward": _s(59.0), "sgr": _s(61.0)})
+    assert all(c["passed"] for c in ok.values()) and set(ok) == {"sgr_beats_layerwise", "sgr_beats_reforward"}
+    bad = bp_free.table4_checks({"layerwise": _s(60.0), "reforward": _s(62.0), "sgr": _s(61.0)})
+    assert bad["sgr_beats_layerwise"]["passed"] and not bad["sgr_beats_reforward"]["passed"]
+
+
+def _curves(sgr, acc, loss=(1.0, 0.5), train_acc=(50.0, 60.0)):
+    return {
+        "sgr": list(sgr),
+        "test_acc": list(acc),
+        "train_loss": list(loss),
+        "test_loss": list(loss),
+        "train_acc": list(train_acc),
+    }
+
+
+def test_figure2_checks():
+    ok = bp_free.figure2_checks(_curves((0.1, 0.1), (50, 60)), _curves((0.2, 0.3), (40, 59)))
+    assert all(c["passed"] for c in ok.values())
+    bad = bp_free.figure2_checks(_curves((0.1, 0.4), (50, 58)), _curves((0.2, 0.3), (40, 59)))
+    assert not bad["sgr_term_lower_with_sgr"]["passed"] and not bad["test_accuracy_higher_throughout"]["passed"]
+    assert bad["test_accuracy_higher_throughout"]["value"]["epochs_sgr_better"] == 1
+
+
+def test_figure4_checks():
+    ok = bp_free.figure4_checks(_curves((0,), (0,), (1.0, 0.4), (50, 70)), _curves((0,), (0,), (1.0, 0.5), (50, 60)))
+    assert all(c["passed"] for c in ok.values()) and len(ok) == 3
+    bad = bp_free.figure4_checks(_curves((0,), (0,), (1.0, 0.6), (50, 70)), _curves((0,), (0,), (1.0, 0.5), (50, 60)))
+    assert not bad["final_train_loss_lower_with_sgr"]["passed"] and bad["final_train_acc_higher_with_sgr"]["passed"]
+
+
+def test_tab4_and_figures_share_their_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))
+    monkeypatch.setenv("GRADALIGN_PROGRESS", "0")
+    small = {"n_train": 64, "n_test": 32, "width": 0.01, "protocol.batch_size": 32, "protocol.epochs": 1}
+    tab4 = EXPERIMENTS["sgr.tab4"].run(EXPERIMENTS["sgr.tab4"].resolve("smoke", small), "cpu")
+    entries = sorted((tmp_path / "runs" / "sgr.local").glob("*.json"))
+    assert len(entries) == 3 * 2  # three methods, two seeds
+    fig2 = EXPERIMENTS["sgr.fig2"].run(EXPERIMENTS["sgr.fig2"].resolve("smoke", small), "cpu")
+    assert sorted((tmp_path / "runs" / "sgr.local").glob("*.json")) == entries  # nothing new trained
+    assert fig2["curves"]["fashion_mnist/sgr"]["test_acc"] == tab4["curves"]["fashion_mnist/sgr"]["test_acc"]
+    assert set(tab4["checks"]) == {"sgr_beats_layerwise", "sgr_beats_reforward"}
+
+
+def test_input_effect_is_zero_without_updates_and_the_recomputed_loss_change_with_them():
+    torch.manual_seed(0)
+    model = PlainMLP(3, 4, 12, 8 / 1024)
+    modules = mlp_modules(model, 3)
+    heads = [FixedETFHead(8, 4), FixedETFHead(8, 4), model.head]
+    x, y = torch.randn(16, 1, 3, 4), torch.arange(16) % 4
+    settings = LocalSettings(method="layerwise", modules=3, head="etf")
+    for lr, zero in ((0.0, True), (0.5, False)):
+        opts = [torch.optim.SGD(m.parameters(), lr=lr) for m in modules]
+        old = module_inputs(modules, x)
+        LOCAL_METHODS["layerwise"](modules, heads, opts, x, y, settings)
+        effect = input_effect(modules, heads, x, y, old)
+        assert set(effect) == {"input_effect_2", "input_effect_3"}
+        with torch.no_grad():
+            new_input = modules[1](modules[0](x))
+            by_hand = F.cross_entropy(heads[2](modules[2](new_input)), y) - F.cross_entropy(
+                heads[2](modules[2](old[2])), y
+            )
+        assert float(effect["input_effect_3"]) == pytest.approx(float(by_hand), abs=1e-7)
+        assert (float(effect["input_effect_3"]) == 0.0) is zero
+
+
+def test_figure3_checks():
+    grows = {"2": [0.01, -0.01], "3": [0.02, 0.03], "4": [0.05, 0.04]}
+    helped = {"2": [0.0, 0.01], "3": [0.01, -0.01], "4": [-0.01, -0.02]}
+    ok = bp_free.figure3_checks({"layerwise": grows, "sgr": helped})
+    assert all(c["passed"] for c in ok.values()) and len(ok) == 4
+    shrinks = {"2": [0.05, -0.05], "3": [-0.01, -0.02], "4": [-0.001, 0.0]}
+    bad = bp_free.figure3_checks({"layerwise": shrinks, "sgr": grows})
+    assert not any(c["passed"] for c in bad.values())
