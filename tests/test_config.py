@@ -36,7 +36,7 @@ def _forbid_compute(monkeypatch, element_id):
     "element_id, preset, overrides, message",
     [
         ("lga.nope", "cpu", {}, "unknown element id 'lga.nope'; choose one of: lga.alg1"),
-        ("sgr.tab1", "cpu", {}, "not built yet"),
+        ("sgr.tab2", "cpu", {}, "not built yet"),
         ("lga.fig1", "huge", {}, "unknown preset 'huge'; choose one of: smoke, cpu, gpu, paper"),
         ("lga.fig1", "cpu", {"steps": 0}, "steps must be >= 1"),
         ("lga.fig1", "cpu", {"alpha_w": -1.0}, "alpha_w must be > 0"),

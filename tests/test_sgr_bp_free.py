@@ -80,6 +80,38 @@ def _s(mean):
     return {"mean": mean, "std": 1.0, "n": 3}
 
 
+def test_table4_checks_against_the_baselines():
+    ok = bp_free.table4_checks({"fa": _s(50.0), "pepita": _s(55.0), "sgr": _s(61.0)})
+    assert set(ok) == {"sgr_beats_bp_free_baselines"} and ok["sgr_beats_bp_free_baselines"]["passed"]
+    bad = bp_free.table4_checks({"fa": _s(50.0), "pepita": _s(62.0), "sgr": _s(61.0)})
+    assert not bad["sgr_beats_bp_free_baselines"]["passed"]
+
+
+def test_a_baseline_run_resumes_bitwise_and_learns(tmp_path):
+    from gradalign.training.bp_free import RUN_VERSION, BPFreeRun, BPFreeRunSpec
+
+    data = tl.LocalData(*_synthetic())
+    spec = BPFreeRunSpec(method="dfa", protocol=tl.SGRProtocol(epochs=3, batch_size=16, lr=0.01), width=0.02)
+    straight = tl.train_local(spec, "cpu", data=data, make_run=BPFreeRun, version=RUN_VERSION)
+    tl.train_local(
+        spec, "cpu", tmp_path / "c.pt", data=data, make_run=BPFreeRun, version=RUN_VERSION, max_epochs_this_call=1
+    )
+    resumed = tl.train_local(spec, "cpu", tmp_path / "c.pt", data=data, make_run=BPFreeRun, version=RUN_VERSION)
+    assert resumed["history"] == straight["history"] and straight["complete"]
+    assert straight["history"]["train_loss"][-1] < straight["history"]["train_loss"][0]
+
+
+def _synthetic(n: int = 64, n_test: int = 32):
+    """Random 28 x 28 images whose label is their brightest quadrant: learnable in a few steps."""
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 100, (n, 1, 28, 28), generator=g, dtype=torch.uint8)
+    labels = torch.randint(0, 4, (n,), generator=g)
+    for i, q in enumerate(labels.tolist()):
+        images[i, 0, (q // 2) * 14 : (q // 2 + 1) * 14, (q % 2) * 14 : (q % 2 + 1) * 14] += 120
+    test = images[:n_test].float() / 255
+    return images, labels, (test - 0.3) / 0.3, labels[:n_test], (0.3,), (0.3,)
+
+
 def test_table4_checks():
     ok = bp_free.table4_checks({"layerwise": _s(60.0), "reforward": _s(59.0), "sgr": _s(61.0)})
     assert all(c["passed"] for c in ok.values()) and set(ok) == {"sgr_beats_layerwise", "sgr_beats_reforward"}
@@ -119,10 +151,20 @@ def test_tab4_and_figures_share_their_runs(tmp_path, monkeypatch):
     tab4 = EXPERIMENTS["sgr.tab4"].run(EXPERIMENTS["sgr.tab4"].resolve("smoke", small), "cpu")
     entries = sorted((tmp_path / "runs" / "sgr.local").glob("*.json"))
     assert len(entries) == 3 * 2  # three methods, two seeds
+    assert len(list((tmp_path / "runs" / "sgr.bpfree").glob("*.json"))) == 4 * 2  # four baselines
     fig2 = EXPERIMENTS["sgr.fig2"].run(EXPERIMENTS["sgr.fig2"].resolve("smoke", small), "cpu")
     assert sorted((tmp_path / "runs" / "sgr.local").glob("*.json")) == entries  # nothing new trained
     assert fig2["curves"]["fashion_mnist/sgr"]["test_acc"] == tab4["curves"]["fashion_mnist/sgr"]["test_acc"]
-    assert set(tab4["checks"]) == {"sgr_beats_layerwise", "sgr_beats_reforward"}
+    assert set(tab4["checks"]) == {"sgr_beats_layerwise", "sgr_beats_reforward", "sgr_beats_bp_free_baselines"}
+    assert set(tab4["metrics"]["table"]["fashion_mnist"]) == {
+        "fa",
+        "dfa",
+        "drtp",
+        "pepita",
+        "layerwise",
+        "reforward",
+        "sgr",
+    }
 
 
 def test_input_effect_is_zero_without_updates_and_the_recomputed_loss_change_with_them():
@@ -155,3 +197,18 @@ def test_figure3_checks():
     shrinks = {"2": [0.05, -0.05], "3": [-0.01, -0.02], "4": [-0.001, 0.0]}
     bad = bp_free.figure3_checks({"layerwise": shrinks, "sgr": grows})
     assert not any(c["passed"] for c in bad.values())
+
+
+def test_table1_checks_and_the_measured_columns():
+    from gradalign.experiments.sgr import attributes
+    from gradalign.methods.bp_free import ATTRIBUTES
+
+    declared = {name: vars(a) for name, a in ATTRIBUTES.items()}
+    measured = attributes.measure(attributes.AttributesConfig(draws=1))
+    assert measured["fa"] == {"weight_transport_free": "yes", "bp_free": "no"}
+    assert measured["global_bp"] == {"weight_transport_free": "no", "bp_free": "no"}
+    ok = attributes.table1_checks(declared, measured)
+    assert all(c["passed"] for c in ok.values()) and len(ok) == 2
+    wrong = {**declared, "fa": {**declared["fa"], "bp_free": "yes"}}  # a table that calls FA BP-free
+    bad = attributes.table1_checks(wrong, measured)
+    assert bad["weight_transport_free_as_in_table1"]["passed"] and not bad["bp_free_as_in_table1"]["passed"]

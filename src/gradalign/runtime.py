@@ -6,6 +6,7 @@ bad one is a one-line `ConfigError` naming the valid choices.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -94,3 +95,21 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+@contextlib.contextmanager
+def flushed_denormals(device):
+    """On the CPU, flush denormal floats to zero for the block: a deep VGG without BN (Table 7) carries
+    vanishing activations and gradients, and denormal arithmetic made its steps ~10x slower here (measured:
+    16 s against 1.5 s per SGR step of VGG-57 at width 0.125). Values below ~1e-38 become 0; CUDA
+    flushes them in its fast paths anyway."""
+    if device.type != "cpu":
+        yield
+        return
+    import torch
+
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)

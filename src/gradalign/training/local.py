@@ -29,10 +29,8 @@ chance accuracy, with the step and the quantity.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +41,7 @@ from gradalign.config import Settings, require
 from gradalign.data.augment import normalise
 from gradalign.data.crop_flip import crop_flip
 from gradalign.errors import DivergenceError
+from gradalign.runtime import flushed_denormals
 from gradalign.analysis.input_effect import input_effect, module_inputs
 from gradalign.methods.local import LOCAL_METHODS, TITLES, LocalSettings
 from gradalign.training import loop
@@ -274,15 +273,17 @@ class LocalRun:
                 group["lr"] = self.lr
         x, y = self.batch(i)
         if not self.measure_input_effect:
-            return self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
+            return self.take_step(x, y)
         old = module_inputs(self.modules, x)
-        out = self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
-        return {**out, **input_effect(self.modules, self.heads, x, y, old)}
+        return {**self.take_step(x, y), **input_effect(self.modules, self.heads, x, y, old)}
+
+    def take_step(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict:
         self.epoch_seconds.append(time.perf_counter() - self.epoch_began)
         error, loss = classification_metrics(self.model, self.data.test_x, self.data.test_y)
-        K = self.spec.method.modules
+        K = len(self.optimizers)  # one per module
         sgr = [v for v in _mean_over(sums, count, "sgr_", K) if v is not None]
         return {
             "epoch": t // self.steps_per_epoch,
@@ -321,22 +322,6 @@ class LocalRun:
         self.epoch_seconds = list(state["epoch_seconds"])
 
 
-@contextlib.contextmanager
-def flushed_denormals(device: torch.device) -> Iterator[None]:
-    """On the CPU, flush denormal floats to zero for the block: a deep VGG without BN (Table 7) carries
-    vanishing activations and gradients, and denormal arithmetic made its steps ~10x slower here (measured:
-    16 s against 1.5 s per SGR step of VGG-57 at width 0.125). Values below ~1e-38 become 0; CUDA
-    flushes them in its fast paths anyway."""
-    if device.type != "cpu":
-        yield
-        return
-    torch.set_flush_denormal(True)
-    try:
-        yield
-    finally:
-        torch.set_flush_denormal(False)
-
-
 def train_local(
     spec: LocalRunSpec,
     device="cpu",
@@ -344,6 +329,8 @@ def train_local(
     *,
     max_epochs_this_call: int | None = None,
     data: LocalData | None = None,
+    make_run=LocalRun,  # or another run on the same batches and evaluation (training.bp_free)
+    version: int = RUN_VERSION,
 ) -> dict:
     """Train one run; checkpointed after every epoch and resumed from `checkpoint` (bitwise on CPU).
 
@@ -355,7 +342,7 @@ def train_local(
 
     device = torch.device(device)
     data = data if data is not None else local_data(spec.dataset, spec.n_train, spec.n_test, device)
-    run = LocalRun(spec, data, device)
+    run = make_run(spec, data, device)
     failure = None
     try:
         with flushed_denormals(device):
@@ -365,7 +352,7 @@ def train_local(
                 eval_at=loop.every(run.steps_per_epoch, run.total_steps),
                 name=spec.title,
                 checkpoint=Path(checkpoint) if checkpoint is not None else None,
-                run_fingerprint=fingerprint({"spec": spec.to_dict(), "data": data.digest(), "version": RUN_VERSION}),
+                run_fingerprint=fingerprint({"spec": spec.to_dict(), "data": data.digest(), "version": version}),
                 max_evals=max_epochs_this_call,
                 map_location=device,
             )

@@ -1,0 +1,97 @@
+"""Training runs of the BP-free baselines of Table 4 (FA, DFA, DRTP, PEPITA; `methods.bp_free`) on the one loop.
+
+The network (`models.bp_free_net`) has the hidden blocks of the BP-free PlainMLP that SGR trains (the same depth
+and width) and a trained linear output layer, which these rules need. Everything else is the local runs'
+(`training.local`): the data on the device, the per-epoch order, crop + flip, the per-epoch evaluation and
+history, checkpoints and the run cache, here under kind `sgr.bpfree`. One SGD optimizer (momentum 0.9, weight
+decay and cosine as the protocol says) at the protocol's learning rate; the experiment sets it (PEPITA's own
+runs used 0.01). The feedback matrices are drawn from the run's seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gradalign.config import Settings, require
+from gradalign.training.local import LocalRun, SGRProtocol, local_data, train_local
+
+RUN_KIND = "sgr.bpfree"
+RUN_VERSION = 1
+BASELINE_TITLES = {"fa": "FA", "dfa": "DFA", "drtp": "DRTP", "pepita": "PEPITA"}
+
+
+@dataclass(frozen=True)
+class BPFreeRunSpec(Settings):
+    """Everything one baseline run depends on (its run-cache key)."""
+
+    method: str = "fa"
+    protocol: SGRProtocol = SGRProtocol()
+    dataset: str = "fashion_mnist"
+    depth: int = 4  # hidden blocks (SGR's PlainMLP depth)
+    width: float = 1.0  # hidden units: models.plain_mlp.hidden_width(width)
+    activation: str = "relu"  # or "tanh" (DRTP's own networks)
+    n_train: int = 0
+    n_test: int = 0
+    seed: int = 0
+
+    def validate(self) -> None:
+        from gradalign.data.image_sets import IMAGE_SETS
+
+        require(self, "method", self.method in BASELINE_TITLES, f"must be one of {tuple(BASELINE_TITLES)}")
+        require(self, "dataset", self.dataset in IMAGE_SETS, f"must be one of {tuple(IMAGE_SETS)}")
+        require(self, "depth", self.depth >= 1, "must be >= 1")
+        require(self, "width", self.width > 0, "must be > 0")
+        require(self, "activation", self.activation in ("relu", "tanh"), "must be 'relu' or 'tanh'")
+        require(self, "n_train", self.n_train == 0 or self.n_train >= self.protocol.batch_size, "must be 0 or >= batch")
+        require(self, "n_test", self.n_test >= 0, "must be >= 0")
+
+    @property
+    def title(self) -> str:
+        return f"{BASELINE_TITLES[self.method]} mlp{self.depth} seed {self.seed}"
+
+
+class BPFreeRun(LocalRun):
+    """A LocalRun whose model is a BPFreeNet trained by one rule: the batches, schedule and evaluation are the
+    local runs'; the network, the feedback and the step are the rule's."""
+
+    def __init__(self, spec: BPFreeRunSpec, data, device):
+        from gradalign.data.image_sets import image_set_info
+        from gradalign.methods.bp_free import BP_FREE_METHODS, make_feedback
+        from gradalign.models.bp_free_net import BPFreeNet
+        from gradalign.models.plain_mlp import hidden_width
+
+        info = image_set_info(spec.dataset)
+        self.spec, self.data, self.device, p = spec, data, torch.device(device), spec.protocol
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            hidden = [hidden_width(spec.width)] * spec.depth
+            net = BPFreeNet(info.channels * info.image_size**2, hidden, info.num_classes, activation=spec.activation)
+            generator = torch.Generator().manual_seed(spec.seed)
+            self.feedback = make_feedback(spec.method, net, info.num_classes, generator).to(self.device)
+        self.model = net.to(self.device)
+        self.optimizer = torch.optim.SGD(net.parameters(), lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay)
+        self.optimizers = [self.optimizer]  # LocalRun.step sets the scheduled lr on each
+        self.local_heads = torch.nn.ModuleList()
+        self.step_fn = BP_FREE_METHODS[spec.method]
+        self.measure_input_effect = False
+        self.steps_per_epoch = len(data.images) // p.batch_size
+        self.total_steps = self.steps_per_epoch * p.epochs
+        self.generator = torch.Generator(self.device).manual_seed(spec.seed)
+        self.order, self.lr, self.epoch_began = None, p.lr, 0.0
+        self.epoch_seconds: list[float] = []
+
+    def take_step(self, x: torch.Tensor, y: torch.Tensor) -> dict:
+        return self.step_fn(self.model, self.feedback, self.optimizer, x, y)
+
+
+def bp_free_run(spec: BPFreeRunSpec, device="cpu") -> dict:
+    """One baseline run, from the run cache when it is there (kind `sgr.bpfree`, keyed by the spec alone)."""
+    from gradalign.runcache import cached_run
+
+    def compute(checkpoint):
+        data = local_data(spec.dataset, spec.n_train, spec.n_test, device)
+        return train_local(spec, device, checkpoint, data=data, make_run=BPFreeRun, version=RUN_VERSION)
+
+    return cached_run(RUN_KIND, spec.to_dict(), RUN_VERSION, compute)
