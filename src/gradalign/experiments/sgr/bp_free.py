@@ -304,7 +304,7 @@ PRESETS = {
         "protocol.epochs": 2,
         "protocol.batch_size": 64,
     },
-    "cpu": {"width": 0.25, "seeds": 3, "protocol.epochs": 20},
+    "cpu": {"width": 0.25, "seeds": 3, "protocol.epochs": 15},
     "gpu": {"width": 1.0, "seeds": 3, "protocol.epochs": 100},  # estimated, not timed
     "paper": {"datasets": ("cifar10", "cifar100"), "width": 1.0, "seeds": 3, "protocol.epochs": 200},
 }
@@ -313,7 +313,7 @@ CHOICES = {
     "network": "BP-free PlainNet = 4 fully connected blocks (Linear -> ReLU, 1,024 x width units), each a module "
     "with a fixed ETF head; the paper states neither depth nor width",
     "protocol": "App. E's CIFAR protocol for every method (SGD 0.1, momentum 0.9, wd 5e-4, cosine, batch 128, crop "
-    "+ flip); cpu: Fashion-MNIST, all 60,000 training images, width x0.25 (256 units), 20 epochs, 3 seeds",
+    "+ flip); cpu: Fashion-MNIST, all 60,000 training images, width x0.25 (256 units), 15 epochs, 3 seeds",
     "lambda": "SGR's lambda = 1 with Algorithm 1's mean reduction, as for local-BP training",
     "baselines": "FA, DFA, DRTP, PEPITA run by us on the same hidden blocks plus a trained linear output layer, same "
     "data, schedule and seeds; learning rates FA 0.01, DFA 0.01, DRTP 0.01, PEPITA 0.1 and DRTP with tanh (its "
