@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from gradalign.environment import project_root
-from gradalign.errors import ConfigError
+from gradalign.errors import BookBuildError, ConfigError
 from gradalign.fingerprint import PACKAGE, library_closure
 from gradalign.results import ResultStore
 from gradalign.toc import toc_files
@@ -184,7 +184,7 @@ def _jupyter_book(src: Path, out: Path) -> None:
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-6000:] + result.stderr[-6000:])
-        raise RuntimeError(f"jupyter-book build failed (exit {result.returncode}); warnings count as errors")
+        raise BookBuildError(f"jupyter-book build failed (exit {result.returncode}); warnings count as errors")
     html = out / "html"
     if html.is_symlink() or html.exists():
         if html.is_symlink():

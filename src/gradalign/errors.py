@@ -20,3 +20,7 @@ class DivergenceError(GradalignError, FloatingPointError):
 class NotRunHereError(GradalignError, RuntimeError):
     """An experiment whose preset is defined and validated but cannot run on this kind of machine (the message
     says what it needs); raised before any compute."""
+
+
+class BookBuildError(GradalignError, RuntimeError):
+    """jupyter-book (Sphinx) reported an error or a warning; its output is printed above the message."""
