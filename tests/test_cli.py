@@ -16,7 +16,8 @@ def test_list_shows_all_46_elements_with_status(capsys):
     for element_id in ELEMENTS:
         assert f"  {element_id} " in out
     assert "lga.fig1         built" in out
-    assert "sgr.tab4         not yet built" in out
+    assert "sgr.tab2         not yet built" in out
+    assert "metagrad.tab3    not run here" in out
 
 
 def test_run_smoke_writes_a_record(store, capsys):

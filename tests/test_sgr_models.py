@@ -142,11 +142,18 @@ def test_bad_resnet_arguments_are_refused(kwargs):
 # --- local heads ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", sorted(HEADS))
+@pytest.mark.parametrize("kind", sorted(set(HEADS) - {"etf"}))
 @pytest.mark.parametrize("channels,size", [(16, 32), (32, 16), (64, 8), (8, 1)])
 def test_heads_give_logits(kind, channels, size):
     head = local_head(kind, channels, 10)
     assert head(torch.randn(2, channels, size, size)).shape == (2, 10)
+
+
+def test_etf_head_reads_flat_features_and_has_no_parameters():
+    head = local_head("etf", 64, 10)
+    assert head(torch.randn(2, 64)).shape == (2, 10) and not list(head.parameters())
+    with pytest.raises(ValueError, match="at least 10"):
+        local_head("etf", 8, 10)
 
 
 def test_belilovsky_head_layers():
