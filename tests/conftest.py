@@ -14,6 +14,14 @@ def _deterministic_threads():
 
 
 @pytest.fixture
+def one_thread():
+    """One CPU thread for the test (small tensors; the autouse fixture above restores 2 for the next test)."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture
 def store(tmp_path, monkeypatch):
     from gradalign.results import ResultStore
 

@@ -17,12 +17,7 @@ from gradalign.models.conv_large import ConvLarge, parameter_count
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _mlp(seed=0):

@@ -17,12 +17,7 @@ from gradalign.results import ResultStore
 from gradalign.training.semimeta import MODELS, SemiMetaRunSpec
 
 
-@pytest.fixture(autouse=True)
-def _pinned():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize(("classes", "channels", "width"), [(10, 3, 1.0), (100, 3, 1.0), (10, 1, 0.125)])

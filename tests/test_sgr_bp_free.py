@@ -17,12 +17,7 @@ from gradalign.models.plain_mlp import PlainMLP, mlp_modules, parameter_count
 from gradalign.training import local as tl
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_plain_mlp_parameters_follow_the_layer_list_and_its_heads_are_fixed():

@@ -76,11 +76,7 @@ class BPFreeRun(LocalRun):
         self.local_heads = torch.nn.ModuleList()
         self.step_fn = BP_FREE_METHODS[spec.method]
         self.measure_input_effect = False
-        self.steps_per_epoch = len(data.images) // p.batch_size
-        self.total_steps = self.steps_per_epoch * p.epochs
-        self.generator = torch.Generator(self.device).manual_seed(spec.seed)
-        self.order, self.lr, self.epoch_began = None, p.lr, 0.0
-        self.epoch_seconds: list[float] = []
+        self.start_schedule()
 
     def take_step(self, x: torch.Tensor, y: torch.Tensor) -> dict:
         return self.step_fn(self.model, self.feedback, self.optimizer, x, y)

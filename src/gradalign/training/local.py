@@ -248,9 +248,14 @@ class LocalRun:
         ]
         self.step_fn = LOCAL_METHODS[spec.method.method]
         self.measure_input_effect = mlp_depth(spec.network) is not None and spec.method.modules > 1  # Figure 3
-        self.steps_per_epoch = len(data.images) // p.batch_size
+        self.start_schedule()
+
+    def start_schedule(self) -> None:
+        """The epoch schedule and the batch-order / augmentation generator, from the spec's seed."""
+        p = self.spec.protocol
+        self.steps_per_epoch = len(self.data.images) // p.batch_size
         self.total_steps = self.steps_per_epoch * p.epochs
-        self.generator = torch.Generator(self.device).manual_seed(spec.seed)
+        self.generator = torch.Generator(self.device).manual_seed(self.spec.seed)
         self.order, self.lr, self.epoch_began = None, p.lr, 0.0
         self.epoch_seconds: list[float] = []
 
