@@ -162,7 +162,7 @@ ARGV_CASES = [
     (["run", "lga.fig1", "--set", "trial.nope=3"], "unknown parameter 'trial.nope'"),
     (["run", "lga.nope"], "unknown element id 'lga.nope'"),
     (["run", "nonsense"], "unknown element id"),
-    (["run", "sgr.tab2"], "not built yet"),
+    (["run", "sgr.tab2"], "preset 'cpu' is not defined for this experiment; choose one of: smoke, paper"),
     (["run", "lga.fig1", "--preset", "huge"], "unknown preset 'huge'"),
     (["run", "lga.fig1", "--preset", ""], "unknown preset"),
     (["run", "lga.fig1", "--device", "tpu"], "unknown device 'tpu'"),

@@ -16,7 +16,8 @@ def test_list_shows_all_46_elements_with_status(capsys):
     for element_id in ELEMENTS:
         assert f"  {element_id} " in out
     assert "lga.fig1         built" in out
-    assert "sgr.tab2         not yet built" in out
+    assert "sgr.tab2         not run here" in out
+    assert "not yet built" not in out  # every element of REPRODUCE.md is registered
     assert "metagrad.tab3    not run here" in out
 
 

@@ -39,6 +39,7 @@ from torch.nn import functional as F
 
 from gradalign.errors import ConfigError
 from gradalign.methods.sgr import module_step
+from gradalign.models.imagenet import UnitNetwork, local_heads, split_units
 from gradalign.models.local_heads import local_head
 from gradalign.models.resnet_cifar import CifarResNet, module_channels, split_into_modules
 from gradalign.models.vgg_deep import DeepVGG, vgg_module_channels, vgg_modules
@@ -48,11 +49,25 @@ METHODS = ("local", "sgr")
 
 SGR_LAMBDA = 1.0  # App. E's CIFAR default; the memory does not depend on its value (only on λ ≠ 0)
 
+
+def _conv_heads(channels: Callable) -> Callable:
+    def heads(model: nn.Module, modules: int, kind: str, classes: int) -> list[nn.Module]:
+        return [local_head(kind, c, classes) for c in channels(model, modules)[:-1]]
+
+    return heads
+
+
+def _unit_heads(model: UnitNetwork, modules: int, kind: str, classes: int) -> list[nn.Module]:
+    return local_heads(model, modules, classes)  # the head follows the output's layout (`models.imagenet`)
+
+
 SPLITTERS: dict[type, tuple[Callable, Callable]] = {
-    CifarResNet: (split_into_modules, module_channels),
-    DeepVGG: (vgg_modules, vgg_module_channels),
+    CifarResNet: (split_into_modules, _conv_heads(module_channels)),
+    DeepVGG: (vgg_modules, _conv_heads(vgg_module_channels)),
+    UnitNetwork: (split_units, _unit_heads),
 }
-"""For each network family: (its K feature modules, their output channels)."""
+"""For each network family: (its K feature modules, its K − 1 local heads of a kind). The ImageNet networks
+(`UnitNetwork`) take their cuts from `models.imagenet.set_boundaries` and their heads from their layouts."""
 
 
 def _storage_key(t: torch.Tensor) -> tuple[str, int]:
@@ -65,6 +80,7 @@ def measure_saved(fn: Callable[[], Any], exclude: Iterable[torch.Tensor] = ()) -
     seen: dict[tuple[str, int], torch.Tensor] = {}  # holds every saved storage until fn returns: no address reuse
 
     def pack(t: torch.Tensor) -> torch.Tensor:
+        t = t.detach()  # a saved output kept with its grad_fn would make a cycle that is never freed
         if t.numel() and _storage_key(t) not in skip:
             seen.setdefault(_storage_key(t), t)
         return t
@@ -93,11 +109,8 @@ def local_step_plan(model: nn.Module, modules: int, head: str) -> tuple[list[nn.
     """The K feature modules and the K heads of a local step: `head`-kind local heads, then the model's own."""
     if type(model) not in SPLITTERS:
         raise ConfigError(f"no local split for {type(model).__name__}; known: {[c.__name__ for c in SPLITTERS]}")
-    split, channels = SPLITTERS[type(model)]
-    feature_modules = list(split(model, modules))
-    classes = _classes(model)
-    heads = [local_head(head, c, classes) for c in channels(model, modules)[:-1]] + [model.head]
-    return feature_modules, heads
+    split, local = SPLITTERS[type(model)]
+    return list(split(model, modules)), [*local(model, modules, head, _classes(model)), model.head]
 
 
 def _check_method(method: str) -> None:

@@ -30,6 +30,11 @@ NOTEBOOK = "notebooks/sgr/03_memory.ipynb"
 RESNET_SPLITS = (16, 3, 2)  # App. E: K = 16 (stem and each block), 3 (by resolution), 2 (last stage apart)
 MEMORY_TARGETS = {16: 0.3, 2: 0.7}  # the project's goals for SGR on ResNet-32 (not the paper's claims)
 TARGET_NETWORK = "resnet32"
+IMAGENET_SPLITS = {"resnet18": (4,), "resnet50": (2, 3), "resnet101": (2, 3), "vit_small": (2, 3)}
+IMAGENET_SPLITS |= {"swin_t": (2, 3), "swin_s": (2, 3)}
+"""The K measured per ImageNet network: Table 2's 4 stages of ResNet-18; Table 5's K = 2 and 3."""
+TRANSFORMERS = ("vit_small", "swin_t", "swin_s")
+TRANSFORMER_SAVING = 0.4  # §4.2: SGR "saves more than 40% memory" on the three Transformers (K = 3)
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,9 @@ class MemoryConfig(Config):
     vgg_depth: int = 57  # our choice: the deepest VGG of Table 7, where global BP fails in the paper
     vgg_width: float = 1.0
     head: str = "belilovsky"  # SGR's CIFAR local head (App. E)
+    imagenet_networks: tuple[str, ...] = tuple(IMAGENET_SPLITS)  # Tables 2 and 5's networks (`models.imagenet`)
+    imagenet_batch: int = 8  # our choice: the saved bytes grow in proportion to the batch, so ratios hardly move
+    imagenet_image_size: int = 224
 
     def validate(self) -> None:
         from gradalign.models.local_heads import HEADS
@@ -62,6 +70,11 @@ class MemoryConfig(Config):
         for name in ("resnet_width", "vgg_width"):
             require(self, name, getattr(self, name) > 0, "must be > 0")
         require(self, "head", self.head in HEADS, f"must be one of {sorted(HEADS)}")
+        known = all(n in IMAGENET_SPLITS for n in self.imagenet_networks)
+        require(self, "imagenet_networks", known, f"must be among {tuple(IMAGENET_SPLITS)}")
+        require(self, "imagenet_batch", self.imagenet_batch >= 2, "must be >= 2 (BatchNorm in training mode)")
+        ok = self.imagenet_image_size >= 32 and self.imagenet_image_size % 16 == 0
+        require(self, "imagenet_image_size", ok, "must be >= 32 and a multiple of 16 (ViT-S/16's patches)")
 
 
 def memory_checks(ratios: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict]:
@@ -87,6 +100,22 @@ def memory_checks(ratios: dict[str, dict[str, dict[str, float]]]) -> dict[str, d
             "SGR's peak strictly falls as K grows (ratio at the finest K < ... < coarsest K < 1)",
             "more local modules save more memory (Table 5: K = 3 below K = 2 for ResNet-50 and ResNet-101)",
         ),
+    }
+
+
+def transformer_check(ratios: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict]:
+    """§4.2's claim on the Transformers measured (none measured: no check)."""
+    measured = {n: ratios[n]["sgr"]["3"] for n in TRANSFORMERS if n in ratios and "3" in ratios[n]["sgr"]}
+    if not measured:
+        return {}
+    return {
+        "transformers_save_40_percent": check(
+            all(1 - r > TRANSFORMER_SAVING for r in measured.values()),
+            measured,
+            f"SGR's peak saved bytes at K = 3 / global BP < {1 - TRANSFORMER_SAVING:.1f} on every Transformer measured "
+            "(activations only; the paper's GB also hold weights, gradients and optimizer state)",
+            "on ViT-S, Swin-T and Swin-S, SGR saves more than 40 % of global BP's memory (§4.2, Table 5)",
+        )
     }
 
 
@@ -156,7 +185,41 @@ def activation_memory(cfg: MemoryConfig, device) -> dict:
     metrics = {"global_bp_bytes": global_bytes, "rows": rows, "ratios": ratios, "paper_table5": paper_table5_ratios()}
     if on_cuda:
         metrics["cuda_peak"] = cuda_rows
-    return outcome(memory_checks(ratios), metrics, scope="exact", targets=memory_targets(ratios))
+    imagenet = imagenet_memory(cfg)
+    metrics["imagenet"] = imagenet
+    every = {**ratios, **imagenet["ratios"]}
+    checks = {**memory_checks(every), **transformer_check(imagenet["ratios"])}
+    return outcome(checks, metrics, scope="exact", targets=memory_targets(ratios))
+
+
+def imagenet_memory(cfg: MemoryConfig) -> dict:
+    """Tables 2 and 5's networks at a small batch: global BP against layer-wise and SGR at each K, each split
+    where it peaks least for its method (`models.imagenet.set_boundaries`; Table 2's ResNet-18 by stages)."""
+    from gradalign.analysis.activation_memory import METHODS, step_activation_memory
+    from gradalign.models.imagenet import imagenet_network, set_boundaries
+    from gradalign.progress import progress
+
+    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    size = cfg.imagenet_image_size
+    x = torch.randn(cfg.imagenet_batch, 3, size, size, generator=gen)
+    y = torch.randint(0, 1000, (cfg.imagenet_batch,), generator=gen)
+    rows, global_bytes, ratios = [], {}, {}
+    for name in progress(cfg.imagenet_networks, desc="ImageNet networks"):
+        torch.manual_seed(cfg.seed)
+        model = imagenet_network(name, 1000, size)
+        global_bytes[name] = step_activation_memory(model, 1, x, y)["peak_bytes"]
+        ratios[name] = {method: {} for method in METHODS}
+        for k in IMAGENET_SPLITS[name]:
+            for method in METHODS:
+                rule = "stages" if name == "resnet18" else "memory"
+                cuts = set_boundaries(model, k, rule, x, "sgr" if method == "sgr" else "local")
+                measured = step_activation_memory(model, k, x, y, method=method)
+                ratio = measured["peak_bytes"] / global_bytes[name]
+                ratios[name][method][str(k)] = ratio
+                rows.append({"network": name, "method": method, "K": k, "cuts": list(cuts), "units": len(model.units),
+                             "ratio": ratio, **_bytes_of(measured)})  # fmt: skip
+    return {"batch": cfg.imagenet_batch, "image_size": size, "global_bp_bytes": global_bytes, "rows": rows,
+            "ratios": ratios}  # fmt: skip
 
 
 def _bytes_of(measured: dict) -> dict:
@@ -177,7 +240,8 @@ def _cuda_rows(name, model, splits, x, y, head, device, measure, methods) -> lis
     return rows
 
 
-SMOKE = {"batch": 4, "image_size": 16, "vgg_width": 0.25}
+SMOKE = {"batch": 4, "image_size": 16, "vgg_width": 0.25, "imagenet_networks": ("resnet18", "vit_small", "swin_t")}
+SMOKE |= {"imagenet_batch": 2, "imagenet_image_size": 32}
 
 EXPERIMENTS = [
     Experiment(
