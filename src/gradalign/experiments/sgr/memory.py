@@ -58,6 +58,8 @@ class MemoryConfig(Config):
     imagenet_networks: tuple[str, ...] = tuple(IMAGENET_SPLITS)  # Tables 2 and 5's networks (`models.imagenet`)
     imagenet_batch: int = 8  # our choice: the saved bytes grow in proportion to the batch, so ratios hardly move
     imagenet_image_size: int = 224
+    bench_splits: tuple[int, ...] = (16, 2)  # the step-time benchmark: ResNet-32 at these K (issue's benchmark)
+    bench_repeats: int = 5  # timed steps per method (median), after one warm-up
 
     def validate(self) -> None:
         from gradalign.models.local_heads import HEADS
@@ -78,6 +80,9 @@ class MemoryConfig(Config):
         known = all(n in IMAGENET_SPLITS for n in self.imagenet_networks)
         require(self, "imagenet_networks", known, f"must be among {tuple(IMAGENET_SPLITS)}")
         require(self, "imagenet_batch", self.imagenet_batch >= 2, "must be >= 2 (BatchNorm in training mode)")
+        ok = all(k in RESNET_SPLITS for k in self.bench_splits)
+        require(self, "bench_splits", ok, "must be among 16, 3, 2")
+        require(self, "bench_repeats", self.bench_repeats >= 1, "must be >= 1")
         ok = self.imagenet_image_size >= 32 and self.imagenet_image_size % 16 == 0
         require(self, "imagenet_image_size", ok, "must be >= 32 and a multiple of 16 (ViT-S/16's patches)")
 
@@ -190,11 +195,23 @@ def activation_memory(cfg: MemoryConfig, device) -> dict:
     metrics = {"global_bp_bytes": global_bytes, "rows": rows, "ratios": ratios, "paper_table5": paper_table5_ratios()}
     if on_cuda:
         metrics["cuda_peak"] = cuda_rows
+    metrics["step_time"] = step_time(cfg, device)
     imagenet = imagenet_memory(cfg)
     metrics["imagenet"] = imagenet
     every = {**ratios, **imagenet["ratios"]}
     checks = {**memory_checks(every), **transformer_check(imagenet["ratios"])}
     return outcome(checks, metrics, scope="exact", targets=memory_targets(ratios))
+
+
+def step_time(cfg: MemoryConfig, device) -> dict[str, dict]:
+    """The time of one SGR step against one layer-wise and one global-BP step (ResNet-32, the preset's batch), on
+    the device asked for: a benchmark beside the memory (`benchmarks.sgr_step`), by K."""
+    from gradalign.benchmarks.sgr_step import measure_sgr_step
+
+    return {
+        str(k): measure_sgr_step(device, k, cfg.batch, cfg.image_size, cfg.in_channels, cfg.bench_repeats)
+        for k in cfg.bench_splits
+    }
 
 
 def imagenet_memory(cfg: MemoryConfig) -> dict:
@@ -246,7 +263,7 @@ def _cuda_rows(name, model, splits, x, y, head, device, measure, methods) -> lis
 
 
 SMOKE = {"batch": 4, "image_size": 16, "vgg_width": 0.25, "imagenet_networks": ("resnet18", "vit_small", "swin_t")}
-SMOKE |= {"imagenet_batch": 2, "imagenet_image_size": 32}
+SMOKE |= {"imagenet_batch": 2, "imagenet_image_size": 32, "bench_repeats": 1}
 
 EXPERIMENTS = [
     Experiment(
@@ -258,7 +275,7 @@ EXPERIMENTS = [
         NOTEBOOK,
         uses_accelerator=True,
         note="the exact counts run on the CPU; on a CUDA device the record adds torch.cuda.max_memory_allocated "
-        "of the same steps",
+        "of the same steps; the step-time benchmark runs on the device asked for",
         choices={
             "quantity": "bytes of the tensors autograd saves for backward, each storage once, parameters and "
             "buffers excluded, the input batch counted where a layer saves it; the peak of a local step is the "
