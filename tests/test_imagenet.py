@@ -184,3 +184,18 @@ def test_smoke_runs_every_row(one_thread):
     assert [r["method"] for r in rows] == ["greedy", "layerwise", "sgr"]
     assert all(r["boundaries"] == [2, 4, 6] and len(r["losses"]) == 2 for r in rows)
     assert result["verdict"]["status"] == "reproduced qualitatively at reduced scale"
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"imagenet_networks": ["alexnet"]}, "imagenet_networks must be among"),
+        ({"imagenet_batch": 1}, "imagenet_batch must be >= 2"),
+        ({"imagenet_image_size": 100}, "multiple of 16"),
+        ({"bench_splits": [4]}, "bench_splits must be among 16, 3, 2"),
+        ({"bench_repeats": 0}, "bench_repeats must be >= 1"),
+    ],
+)
+def test_memory_config_refuses_bad_imagenet_settings(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        EXPERIMENTS["sgr.mem"].resolve("cpu", overrides)
