@@ -50,7 +50,7 @@ def test_book_builds_and_second_build_executes_nothing(built):
     report = (html / "book" / "report.html").read_text()
     for element_id in ELEMENTS:
         assert element_id in report
-    assert "not yet built" in report and "reproduced" in report
+    assert "not yet built" not in report and "not run here" in report and "reproduced" in report
     chapter = (html / "notebooks" / "lga" / "01_linear_regression.html").read_text()
     # no launch or repository buttons (a remote session has neither the package nor the data): the placeholder
     # repository, Binder and Colab are linked from no page; the executed notebook is offered for download

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from gradalign.analysis.activation_memory import set_boundaries, unit_costs
 from gradalign.errors import ConfigError, NotRunHereError
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.sgr.imagenet import RECIPES, lr_at, smoke_checks
@@ -17,9 +18,7 @@ from gradalign.models.imagenet import (
     balanced_boundaries,
     imagenet_network,
     local_heads,
-    set_boundaries,
     split_units,
-    unit_costs,
 )
 from gradalign.vision import import_torchvision
 
@@ -102,7 +101,7 @@ def test_resnet18_splits_by_stage_into_four_modules(one_thread):
     assert [head[-1].out_features for head in local_heads(model, 4, 10)] == [10, 10, 10]
     with pytest.raises(ConfigError, match="a split by stages gives K = 4"):
         set_boundaries(model, 3, "stages")
-    with pytest.raises(ConfigError, match="call set_boundaries first"):
+    with pytest.raises(ConfigError, match="set_boundaries first"):
         split_units(model, 2)
     with pytest.raises(ConfigError, match="unknown split rule"):
         set_boundaries(model, 2, "evenly")

@@ -464,6 +464,7 @@ ENUMERATED_ELSEWHERE = {  # parts whose failing cases live beside their own test
         "tests/test_sgr_training.py",
         "tests/test_sgr_bp_free.py",
         "tests/test_activation_memory.py",
+        "tests/test_imagenet.py",
     ),
     "metagrad": ("tests/test_metagrad.py", "tests/test_semimeta_training.py"),
 }

@@ -39,7 +39,7 @@ from torch.nn import functional as F
 
 from gradalign.errors import ConfigError
 from gradalign.methods.sgr import module_step
-from gradalign.models.imagenet import UnitNetwork, local_heads, split_units
+from gradalign.models.imagenet import UnitNetwork, balanced_boundaries, local_heads, split_units, stage_boundaries
 from gradalign.models.local_heads import local_head
 from gradalign.models.resnet_cifar import CifarResNet, module_channels, split_into_modules
 from gradalign.models.vgg_deep import DeepVGG, vgg_module_channels, vgg_modules
@@ -217,3 +217,49 @@ def cuda_step_peak_bytes(
     run_local_step(model, modules, batch, labels, head, method, run_module, heads)
     torch.cuda.synchronize(batch.device)
     return int(torch.cuda.max_memory_allocated(batch.device) - before)
+
+
+# --- the cuts of the ImageNet networks (`models.imagenet`), which need the measurement above -----------------
+
+
+def unit_costs(model: UnitNetwork, sample: torch.Tensor, input_gradient_graph: bool = False) -> list[int]:
+    """Each unit's saved-for-backward bytes on `sample` (train mode, one unit at a time, its input detached).
+    `input_gradient_graph`: also the graph of the unit's input gradient taken with `create_graph=True` (of a
+    stand-in scalar, the mean square of the output), as an SGR module keeps it."""
+
+    def run(unit, x):
+        x = x.detach().requires_grad_(input_gradient_graph)
+        out = unit(x)
+        if input_gradient_graph:
+            torch.autograd.grad(out.square().mean(), x, create_graph=True)
+        return out.detach()
+
+    model.train()
+    costs, x = [], sample
+    for unit in model.units:
+        saved, x = measure_saved(lambda unit=unit, x=x: run(unit, x), [*unit.parameters(), *unit.buffers()])
+        costs.append(saved)
+    return costs
+
+
+def set_boundaries(
+    model: UnitNetwork, modules: int, rule: str, sample: torch.Tensor | None = None, method: str = "local"
+) -> tuple[int, ...]:
+    """Fix the cuts of a K-module split: `rule` "stages" (Table 2) or "memory" (Table 5: the cuts of least
+    peak for `method`, "local" or "sgr", from the unit costs on `sample`)."""
+    if rule == "stages":
+        ends = stage_boundaries(model)
+        if len(ends) != modules - 1:
+            raise ConfigError(f"{model.name} has {len(ends) + 1} stages; a split by stages gives K = {len(ends) + 1}")
+    elif rule == "memory":
+        if sample is None:
+            raise ConfigError("a split by memory needs a sample batch to measure the units on")
+        if method not in ("local", "sgr"):
+            raise ConfigError(f"unknown method {method!r} for a split by memory; choose 'local' or 'sgr'")
+        costs = unit_costs(model, sample)
+        later = unit_costs(model, sample, input_gradient_graph=True) if method == "sgr" else None
+        ends = balanced_boundaries(costs, modules, later)
+    else:
+        raise ConfigError(f"unknown split rule {rule!r}; choose 'stages' or 'memory'")
+    model.boundaries[modules] = tuple(ends)
+    return model.boundaries[modules]

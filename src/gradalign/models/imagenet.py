@@ -24,10 +24,10 @@ Where the cuts go:
   `stage_boundaries` cuts after each of the four stages (the stem joins the first).
 - Table 5: "we divide a model into 2 or 3 local modules such that the training memory consumption reaches
   its minimum" (App. E). `balanced_boundaries` takes each unit's cost (the bytes it saves for backward,
-  measured by `unit_costs`) and picks the K − 1 cuts that minimise the largest module's total, the peak of
-  a local step up to the heads (our reading; the heads' memory is left out of the choice). Under SGR the
-  modules after the first also keep the graph of their input gradient, so their units cost more and the
-  cuts move later (`set_boundaries(..., method="sgr")`).
+  measured by `analysis.activation_memory.unit_costs`) and picks the K − 1 cuts that minimise the largest
+  module's total, the peak of a local step up to the heads (our reading; the heads' memory is left out of
+  the choice). Under SGR the modules after the first also keep the graph of their input gradient, so their
+  units cost more and the cuts move later (`analysis.activation_memory.set_boundaries(..., method="sgr")`).
 
 Local heads (our choice; SGR uses "the same local classifier following (Wang et al., 2021)" on ImageNet,
 which the paper does not spell out): on feature maps InfoPro's '1c2f' head (`models.local_heads`); on
@@ -207,56 +207,14 @@ def balanced_boundaries(costs: list[float], modules: int, later_costs: list[floa
     return tuple(sorted(ends))
 
 
-def unit_costs(model: UnitNetwork, sample: torch.Tensor, input_gradient_graph: bool = False) -> list[int]:
-    """Each unit's saved-for-backward bytes on `sample` (train mode, one unit at a time, its input detached).
-    `input_gradient_graph`: also the graph of the unit's input gradient taken with `create_graph=True` (of a
-    stand-in scalar, the mean square of the output), as an SGR module keeps it."""
-    from gradalign.analysis.activation_memory import measure_saved
-
-    def run(unit, x):
-        x = x.detach().requires_grad_(input_gradient_graph)
-        out = unit(x)
-        if input_gradient_graph:
-            torch.autograd.grad(out.square().mean(), x, create_graph=True)
-        return out.detach()
-
-    model.train()
-    costs, x = [], sample
-    for unit in model.units:
-        saved, x = measure_saved(lambda unit=unit, x=x: run(unit, x), [*unit.parameters(), *unit.buffers()])
-        costs.append(saved)
-    return costs
-
-
-def set_boundaries(
-    model: UnitNetwork, modules: int, rule: str, sample: torch.Tensor | None = None, method: str = "local"
-) -> tuple[int, ...]:
-    """Fix the cuts of a K-module split: `rule` "stages" (Table 2) or "memory" (Table 5: the cuts of least
-    peak for `method`, "local" or "sgr", from the unit costs on `sample`)."""
-    if rule == "stages":
-        ends = stage_boundaries(model)
-        if len(ends) != modules - 1:
-            raise ConfigError(f"{model.name} has {len(ends) + 1} stages; a split by stages gives K = {len(ends) + 1}")
-    elif rule == "memory":
-        if sample is None:
-            raise ConfigError("a split by memory needs a sample batch to measure the units on")
-        if method not in ("local", "sgr"):
-            raise ConfigError(f"unknown method {method!r} for a split by memory; choose 'local' or 'sgr'")
-        costs = unit_costs(model, sample)
-        later = unit_costs(model, sample, input_gradient_graph=True) if method == "sgr" else None
-        ends = balanced_boundaries(costs, modules, later)
-    else:
-        raise ConfigError(f"unknown split rule {rule!r}; choose 'stages' or 'memory'")
-    model.boundaries[modules] = tuple(ends)
-    return model.boundaries[modules]
-
-
 def split_units(model: UnitNetwork, modules: int) -> list[nn.Sequential]:
     """The K modules of the split fixed by `set_boundaries` (K = 1: all units in one module)."""
     if modules == 1:
         return [nn.Sequential(*model.units)]
     if modules not in model.boundaries:
-        raise ConfigError(f"no split of {model.name} into K = {modules} modules; call set_boundaries first")
+        raise ConfigError(
+            f"no split of {model.name} into K = {modules} modules; call analysis.activation_memory.set_boundaries first"
+        )
     starts = [0, *(e + 1 for e in model.boundaries[modules])]
     stops = [*starts[1:], len(model.units)]
     return [nn.Sequential(*model.units[a:b]) for a, b in zip(starts, stops)]

@@ -126,7 +126,8 @@ class ImageNetLocalConfig(Config):
 def build_row(cfg: ImageNetLocalConfig, network: str, method: str, modules: int, sample: torch.Tensor):
     """(model, its K modules, K heads) of one row, split by the config's rule (the cuts of least peak for the
     row's method under "memory")."""
-    from gradalign.models.imagenet import imagenet_network, local_heads, set_boundaries, split_units
+    from gradalign.analysis.activation_memory import set_boundaries
+    from gradalign.models.imagenet import imagenet_network, local_heads, split_units
 
     model = imagenet_network(network, cfg.classes, cfg.image_size)
     if modules > 1:

@@ -216,9 +216,10 @@ def step_time(cfg: MemoryConfig, device) -> dict[str, dict]:
 
 def imagenet_memory(cfg: MemoryConfig) -> dict:
     """Tables 2 and 5's networks at a small batch: global BP against layer-wise and SGR at each K, each split
-    where it peaks least for its method (`models.imagenet.set_boundaries`; Table 2's ResNet-18 by stages)."""
+    where it peaks least for its method (`analysis.activation_memory.set_boundaries`; Table 2's ResNet-18 by stages)."""
     from gradalign.analysis.activation_memory import METHODS, step_activation_memory
-    from gradalign.models.imagenet import imagenet_network, set_boundaries
+    from gradalign.analysis.activation_memory import set_boundaries
+    from gradalign.models.imagenet import imagenet_network
     from gradalign.progress import progress
 
     gen = torch.Generator().manual_seed(cfg.seed + 1)
