@@ -1,8 +1,8 @@
 """Every page of the built book, opened in headless Chromium with the network cut off, shows no defect a reader sees.
 
 One test per defect class, parametrised over the pages of `_toc.yml`. One browser visits each page once and
-measures everything (`facts`), so the module runs in seconds once the book is built. The viewport is 1440 px
-wide: there the theme's content column reaches its widest (about 790 px), so what does not fit here fits nowhere.
+measures everything (`facts`), so the module runs in seconds once the book is built. The viewport is 1280 px
+wide, a common laptop screen: the theme's content column is then about 690 px (at 1440 px and wider, 790 px).
 GRADALIGN_BOOK_HTML=/path/to/html tests an existing build instead of building one (see conftest.book_html).
 """
 
@@ -59,6 +59,8 @@ MEASURE = """async () => {
     tables: [...article.querySelectorAll('table')].filter(t => !t.closest(typeset)).map(t => ({
       width: Math.max(t.getBoundingClientRect().width, t.scrollWidth),
       head: t.innerText.trim().slice(0, 60)})),
+    cut: [...article.querySelectorAll('.cell_output pre')].filter(p => p.scrollWidth > p.clientWidth + 1)
+      .map(p => p.innerText.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100)),
     images: [...article.querySelectorAll('.cell_output img')].map(i => ({
       src: i.getAttribute('src'), natural: i.naturalWidth, shown: i.getBoundingClientRect().width})),
     links: [...document.querySelectorAll('a[href], img[src]')].map(e => e.href || e.src),
@@ -75,7 +77,7 @@ def browser_page():
     assert chromium, "chromium not installed (make browser installs it)"
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
         context.route(
             "**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort()
         )
@@ -154,6 +156,12 @@ def test_tables_fit_the_column(facts, page):
     seen = facts(page)
     wide = [f"{t['width']:.0f} px: {t['head']!r}" for t in seen["tables"] if t["width"] > seen["column"] + 1]
     assert not wide, f"{page}: tables wider than the {seen['column']:.0f} px content column: {wide}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_printed_outputs_fit_the_column(facts, page):
+    seen = facts(page)
+    assert not seen["cut"], f"{page}: printed lines cut off by the {seen['column']:.0f} px column: {seen['cut']}"
 
 
 @pytest.mark.parametrize("page", PAGES)

@@ -116,7 +116,7 @@ def test_a_record_whose_code_changed_is_stale(tmp_path):
     edited = {**record, "provenance": {**record["provenance"], "code": {**record["provenance"]["code"]}}}
     edited["provenance"]["code"]["data/shells.py"] = "0" * 16
     assert stale_files(edited) == ["data/shells.py"]
-    assert stale_text(edited).startswith("**stale**: 1 file changed since (`data/shells.py`")
+    assert stale_text(edited).startswith("**stale**: 1 file changed since (data/\u200bshells.py")
     del edited["provenance"]["code"]
     assert stale_files(edited) is None and stale_text(edited, short=True) == "unknown"
 
@@ -213,8 +213,8 @@ def test_scale_caption_names_the_training_time_of_shared_runs():
         },
     }
     line = scale_caption(record)
-    assert "43.8 min training (stored runs)" in line and "0.0 s" not in line
-    assert len(line) <= TEXT_WIDTH_CHARS
+    assert "43.8 min training (stored runs)" in line.replace("\n  ", " ") and "0.0 s" not in line
+    assert max(map(len, line.splitlines())) <= TEXT_WIDTH_CHARS
     record["metrics"] = {}
     record["provenance"]["wall_time_s"] = 7.5
     assert "7.5 s on AMD EPYC 7B13, 1 thread" in scale_caption(record)
@@ -229,3 +229,25 @@ def test_an_id_links_to_its_page_only_when_the_page_is_in_the_book(tmp_path, mon
     assert report.page_link("lga.fig1", "../") == "[`lga.fig1`](../notebooks/lga/01_linear_regression.ipynb)"
     monkeypatch.setattr(report, "in_book", lambda notebook: False)  # an element registered before its page is listed
     assert report.page_link("lga.fig1", "../") == "`lga.fig1`"
+
+
+def test_verdict_rows_name_every_seed_and_the_training_time_of_shared_runs():
+    from gradalign.report import provenance_line
+
+    record = {
+        "preset": "cpu",
+        "config": {"seeds": 3},
+        "metrics": {"train_seconds": 4573.0},
+        "provenance": {
+            "seeds": [0],
+            "wall_time_s": 0.03,
+            "hardware": "CPU: AMD EPYC, 1 thread of 2 cores",
+            "torch": "2.13.0+cpu",
+            "date": "2026-11-23T19:30:43+00:00",
+            "git_commit": "a2dbf5f3180f0dc06c7a6973ad098311943d4484",
+        },
+    }
+    line = provenance_line(record)
+    assert "seeds 0-2" in line and "76.2 min training (stored runs)" in line and "0.0 s" not in line
+    record["config"], record["metrics"] = {}, {}
+    assert "seed 0 · 0.0 s" in provenance_line(record)

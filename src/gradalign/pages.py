@@ -23,7 +23,6 @@ from gradalign.report import (
     SUMMARY_ORDER,
     cell,
     commit_of,
-    duration,
     element_verdict,
     page_link,
     scale_of,
@@ -32,6 +31,7 @@ from gradalign.report import (
     summary_counts,
     with_scale,
 )
+from gradalign.record_text import hardware_text, seeds_text, time_text
 from gradalign.results import ResultStore
 
 
@@ -139,8 +139,8 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
             continue
         prov = r["provenance"]
         lines.append(
-            f"| {page_link(eid, '../')} | `{r['preset']}`, seed {', '.join(map(str, prov['seeds']))} | "
-            f"{_wall(r)} | {cell(prov['hardware'])}; torch {prov['torch']}; "
+            f"| {page_link(eid, '../')} | `{r['preset']}`, {seeds_text(r)} | "
+            f"{time_text(r, assembled=True)} | {cell(hardware_text(prov['hardware']))}; torch {prov['torch']}; "
             f"{prov['date'][:10]}, commit `{commit_of(r)}` | {stale_text(r)} |"
         )
     lines += ["", "## The environment of this build", ""]
@@ -150,14 +150,6 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
         pins = [ln.strip() for ln in requirements.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
         lines += ["The pinned packages (`requirements.txt`):", "", "```text", *pins, "```"]
     return "\n".join(lines) + "\n"
-
-
-def _wall(record: dict) -> str:
-    """The record's wall time; for a record assembled from stored runs, the training time of those runs."""
-    wall, trained = record["provenance"]["wall_time_s"], record["metrics"].get("train_seconds")
-    if isinstance(trained, (int, float)) and trained > wall:
-        return f"{duration(trained)} training (stored runs); assembled in {duration(wall)}"
-    return duration(wall)
 
 
 def how_to_run_markdown() -> str:

@@ -14,7 +14,6 @@ width: `panels(n)` lays them out, at most `MAX_COLUMNS` to a row.
 from __future__ import annotations
 
 import math
-import re
 
 DPI = 100  # pixels per inch of the inline PNGs: a figure of w inches is w * DPI px on the page
 PAGE_WIDTH_PX = 760  # the widest figure: the content column (about 780-790 px) less a margin for the tight crop
@@ -24,7 +23,7 @@ PANEL_HEIGHT_IN = 2.7
 MAX_COLUMNS = 3  # at the page width, three panels of about 250 px each; more would squeeze the tick labels
 FONT_PT = 10.0  # titles and axis labels: 13.9 px
 SMALL_PT = 9.0  # ticks, legends, annotations: 12.5 px (the reviewers' floor is about 9 px)
-TEXT_WIDTH_CHARS = 88  # a printed line that fits the column: 790 px holds 93 monospace characters of 8.4 px
+TEXT_WIDTH_CHARS = 78  # a printed line that fits the column at a 1280 px window: about 660 px of 8.4 px characters
 
 PAPER_COLOR = "0.45"
 
@@ -150,33 +149,17 @@ def scale_caption(record: dict) -> str:
     """One plain-text line naming the preset, seeds, wall time, hardware, torch and date of a record.
 
     Pages print it in a code output, which does not wrap: so no Markdown, and at most `TEXT_WIDTH_CHARS`
-    characters (the torch version, then the date, are left out of a line that would be longer)."""
-    prov, cfg = record["provenance"], record.get("config", {})
-    first = prov["seeds"][0]
-    count = cfg.get("seeds") if isinstance(cfg.get("seeds"), int) else len(prov["seeds"])
-    seeds = f"seed {first}" if count == 1 else f"seeds {first}-{first + count - 1}"
-    wall, trained = prov["wall_time_s"], record.get("metrics", {}).get("train_seconds")
-    if isinstance(trained, (int, float)) and trained > wall:  # assembled from stored runs: their training time
-        took = f"{_duration(trained)} training (stored runs)"
-    else:
-        took = _duration(wall)
-    parts = [f"preset {record['preset']}", seeds, f"{took} on {_hardware(prov['hardware'])}"]
+    characters a line (the torch version, then the date, are left out of a line that would be longer; what is
+    still too long wraps)."""
+    from gradalign.record_text import hardware_text, seeds_text, time_text
+
+    prov = record["provenance"]
+    seeds, took = seeds_text(record), time_text(record)
+    parts = [f"preset {record['preset']}", seeds, f"{took} on {hardware_text(prov['hardware'])}"]
     optional = [f"torch {prov['torch']}", prov["date"][:10]]
     while optional and len(" · ".join(parts + optional)) > TEXT_WIDTH_CHARS:
         optional.pop(0)
-    return " · ".join(parts + optional)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
-
-
-def _hardware(text: str) -> str:
-    """'CPU: Intel(R) Xeon(R) Processor, 2 threads of 2 cores' -> 'Intel Xeon, 2 threads'."""
-    text = re.sub(r"\((R|TM)\)| CPU\b| Processor\b|^CPU: ", "", text)
-    return re.sub(r"(\d+) threads? of \d+ cores", lambda m: f"{m[1]} thread{'s' if m[1] != '1' else ''}", text)
+    return fit(" · ".join(parts + optional))  # wraps only what is still too long
 
 
 def fit(text: str) -> str:

@@ -12,6 +12,7 @@ from gradalign.comparison import paper_vs_ours
 from gradalign.config import PRESET_ORDER_FOR_BOOK
 from gradalign.elements import ELEMENTS, PARTS
 from gradalign.experiments import EXPERIMENTS
+from gradalign.record_text import duration, seeds_text, time_text
 from gradalign.results import ResultStore
 from gradalign.runner import element_status, stale_files, stored_record
 from gradalign.toc import in_book
@@ -56,7 +57,8 @@ def stale_text(record: dict, short: bool = False) -> str:
         return "current"
     if short:
         return "**stale**"
-    shown = ", ".join(f"`{name}`" for name in changed[:3]) + (", …" if len(changed) > 3 else "")
+    # plain text: the theme does not wrap inline code, and a path must break after its "/" in a narrow column
+    shown = ", ".join(name.replace("/", "/\u200b") for name in changed[:3]) + (", …" if len(changed) > 3 else "")
     return f"**stale**: {len(changed)} file{'s' if len(changed) != 1 else ''} changed since ({shown})"
 
 
@@ -87,7 +89,7 @@ def format_value(value) -> str:
     if isinstance(value, list):
         return "per-curve values in the record"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {format_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{breakable(str(k))}: {format_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
@@ -111,12 +113,6 @@ def targets_markdown(record: dict) -> str:
     )
 
 
-def duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 3600 else f"{seconds / 3600:.1f} h"
-
-
 def compute_time(record: dict) -> str:
     """The record's wall time, and the stored runs it read (with their training time when the record has it)."""
     text = duration(record["provenance"]["wall_time_s"])
@@ -135,10 +131,9 @@ def commit_of(record: dict) -> str:
 
 def provenance_line(record: dict) -> str:
     prov = record["provenance"]
-    seeds = ", ".join(map(str, prov["seeds"]))
     return (
-        f"preset {record['preset']} · {prov['hardware']} · torch {prov['torch']} · seed {seeds} · "
-        f"{duration(prov['wall_time_s'])} · {prov['date'][:10]} · commit {commit_of(record)}"
+        f"preset {record['preset']} · {prov['hardware']} · torch {prov['torch']} · {seeds_text(record)} · "
+        f"{time_text(record)} · {prov['date'][:10]} · commit {commit_of(record)}"
     )
 
 

@@ -1,0 +1,37 @@
+"""How a record's seeds and compute time read on a page: one wording for captions, verdict rows and the Compute page."""
+
+from __future__ import annotations
+
+import re
+
+
+def duration(seconds: float) -> str:
+    """'12.3 s', '4.5 min' or '2.1 h'."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def seeds_text(record: dict) -> str:
+    """'seed 0' or 'seeds 0-2': the config's seed count where it has one (the provenance names the first seed)."""
+    prov, cfg = record["provenance"], record.get("config", {})
+    first = prov["seeds"][0]
+    count = cfg.get("seeds") if isinstance(cfg.get("seeds"), int) else len(prov["seeds"])
+    return f"seed {first}" if count == 1 else f"seeds {first}-{first + count - 1}"
+
+
+def time_text(record: dict, assembled: bool = False) -> str:
+    """The record's wall time; for a record assembled from stored runs, the training time of those runs
+    (and, with `assembled`, how long the assembly took)."""
+    wall = record["provenance"]["wall_time_s"]
+    metrics = record.get("metrics")
+    trained = metrics.get("train_seconds") if isinstance(metrics, dict) else None
+    if isinstance(trained, (int, float)) and trained > wall:
+        return f"{duration(trained)} training (stored runs)" + (f"; assembled in {duration(wall)}" if assembled else "")
+    return duration(wall)
+
+
+def hardware_text(text: str) -> str:
+    """'CPU: Intel(R) Xeon(R) Processor, 2 threads of 2 cores' -> 'Intel Xeon, 2 threads'."""
+    text = re.sub(r"\((R|TM)\)| CPU\b| Processor\b|^CPU: ", "", text)
+    return re.sub(r"(\d+) threads? of \d+ cores", lambda m: f"{m[1]} thread{'s' if m[1] != '1' else ''}", text)
