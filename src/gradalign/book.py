@@ -23,7 +23,8 @@ from gradalign.fingerprint import PACKAGE, library_closure
 from gradalign.results import ResultStore
 from gradalign.toc import toc_files
 
-GENERATED = ("book/report", "book/how_to_run", "book/compute")  # written from the store at build time
+# written from the store at build time
+GENERATED = ("book/report", "book/how_to_run", "book/compute", "book/performance")
 CELL_TIMEOUT_S = 1800  # a hung cell fails the build instead of stalling it
 
 
@@ -115,7 +116,7 @@ def build_book(
 ) -> dict:
     """Execute what changed and build `<out>/html`; returns {'executed': [...], 'skipped': [...], 'html': path}."""
     from gradalign.config import check_preset
-    from gradalign.pages import compute_markdown, fill_markers, how_to_run_markdown, page_base
+    from gradalign.pages import compute_markdown, fill_markers, how_to_run_markdown, page_base, performance_markdown
     from gradalign.report import report_markdown
 
     check_preset(preset, allow_auto=True)
@@ -162,6 +163,7 @@ def build_book(
     _write_if_changed(report_markdown(preset, store), src / "book" / "report.md")
     _write_if_changed(how_to_run_markdown(), src / "book" / "how_to_run.md")
     _write_if_changed(compute_markdown(preset, store), src / "book" / "compute.md")
+    _write_if_changed(performance_markdown(store.root), src / "book" / "performance.md")
     _jupyter_book(src, out)
     return {"executed": executed, "skipped": skipped, "html": out / "html"}
 

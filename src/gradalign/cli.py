@@ -1,4 +1,4 @@
-"""`gradalign list | run | book | report | data`.
+"""`gradalign list | run | bench | sweep | book | report | data`.
 
 `run` imports only torch and the library (no papermill, no jupyter-book): it works on a bare GPU
 machine. `book` needs the book environment of requirements.txt.
@@ -163,6 +163,42 @@ def _dotted(values: dict, prefix: str = "") -> dict:
     return flat
 
 
+def cmd_bench(args) -> int:
+    """Without a name: every benchmark and what is stored. With one: measure it, store its record, print it."""
+    from gradalign.benchmarks.records import BenchStore, run_benchmark
+    from gradalign.benchmarks.registry import BENCHMARKS, NOT_BUILT
+    from gradalign.results import ResultStore
+    from gradalign.runtime import check_device, threads_from_env
+
+    threads_from_env()
+    check_device(args.device)
+    root = ResultStore(args.results).root if args.results else ResultStore().root
+    _check_results_root(root)
+    if args.name is None:
+        store = BenchStore(root)
+        for name, bench in BENCHMARKS.items():
+            stored = [kind for kind in ("cpu", "cuda") if store.path(name, kind).exists()]
+            print(f"{name:<16} stored: {', '.join(stored) or 'none':<10} {bench.title}")
+        for name, why in NOT_BUILT.items():
+            print(f"{name:<16} not built  {why}")
+        return 0
+    if args.name not in BENCHMARKS:
+        raise ConfigError(f"unknown benchmark {args.name!r}; choose one of: {', '.join(BENCHMARKS)}")
+    if not args.quick:
+        _check_writable(root)
+    record = run_benchmark(args.name, args.device, quick=args.quick, root=root)
+    bench = BENCHMARKS[args.name]
+    print(f"{args.name} on {record['provenance']['hardware']} ({record['provenance']['wall_time_s']:.1f} s)")
+    for key, what in bench.ratios.items():
+        if key in record["measurement"]:
+            print(f"  {key} = {record['measurement'][key]:.3f}  ({what})")
+    for goal in record["goals"]:
+        print(f"  goal {goal['ratio']} {goal['goal']}: {'met' if goal['met'] else 'not met'}")
+    if not args.quick:
+        print(f"stored: {BenchStore(root).path(args.name, record['device_kind'])}")
+    return 0
+
+
 def cmd_book(args) -> int:
     from gradalign.book import build_book
 
@@ -235,6 +271,12 @@ def parser() -> argparse.ArgumentParser:
         help="print the resolved config (every dotted name --set accepts) and exit without computing",
     )
     r.set_defaults(func=cmd_run)
+    be = sub.add_parser("bench", help="measure a benchmark and store its record (no name: list them)")
+    be.add_argument("name", nargs="?", help="benchmark name (see `gradalign bench`)")
+    be.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+    be.add_argument("--quick", action="store_true", help="tiny sizes, to test the code path; nothing is stored")
+    be.add_argument("--results", help="results root (default: $GRADALIGN_RESULTS or ./results)")
+    be.set_defaults(func=cmd_bench)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")
     b.add_argument(
         "--preset", default="auto", help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper"

@@ -152,6 +152,63 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
     return "\n".join(lines) + "\n"
 
 
+def performance_markdown(results_root: Path | None = None) -> str:
+    """The stored benchmark records (`gradalign bench`): each ratio with its goal, on the hardware it was measured."""
+    from gradalign.benchmarks.records import BenchStore
+    from gradalign.benchmarks.registry import BENCHMARKS, NOT_BUILT
+
+    store = BenchStore(results_root)
+    lines = [
+        "# Performance",
+        "",
+        "How fast and how lean the library's methods are, measured by `gradalign bench <name>` and stored like the "
+        "records (`results/bench/`). Each benchmark times its calls interleaved in one run and reports ratios, so "
+        "that the load of the machine hits both sides alike. The goals are this project's own targets, not claims "
+        "of the papers: they never enter a verdict. A goal is set for one kind of device; a measurement on the "
+        "other kind is shown without one.",
+        "",
+    ]
+    table, missing = ["| benchmark | ratio | measured | goal | measured on |", "| --- | --- | --- | --- | --- |"], []
+    for name, bench in BENCHMARKS.items():
+        shown = False
+        for kind in ("cpu", "cuda"):
+            record = store.load(name, kind)
+            if record is None:
+                continue
+            shown = True
+            prov, measured = record["provenance"], record["measurement"]
+            where = (
+                f"{hardware_text(prov['hardware'])}; torch {prov['torch']}; {prov['date'][:10]}, "
+                f"commit `{commit_of(record)}`"
+            )
+            goals = {g["ratio"]: g for g in record["goals"]}
+            for key, what in bench.ratios.items():
+                if key not in measured:
+                    continue
+                goal = goals.get(key)
+                verdict = "—" if goal is None else f"{goal['goal']}: **{'met' if goal['met'] else 'not met'}**"
+                table.append(f"| `{name}` | {cell(what)} | {measured[key]:.3g} | {verdict} | {cell(where)} |")
+        if not shown:
+            missing.append(name)
+    lines += table if len(table) > 2 else ["No benchmark record is stored yet."]
+    lines += ["", "## What each benchmark measures", ""]
+    for name, bench in BENCHMARKS.items():
+        seen = f" Its page: {page_link(bench.used_by, '../')}." if bench.used_by else ""
+        lines.append(f"- `{name}`: {bench.title}. {bench.notes}.{seen}")
+    for name, why in NOT_BUILT.items():
+        lines.append(f"- `{name}`: {why}")
+    if missing:
+        lines += ["", f"Not measured yet on any device: {', '.join(f'`{m}`' for m in missing)}."]
+    lines += [
+        "",
+        "No benchmark has run on a GPU yet: the GPU goals are not yet measured. `gradalign bench <name> --device "
+        "cuda` on a GPU machine stores the record beside the CPU one.",
+    ]
+    if any(store.path(name, "cuda").exists() for name in BENCHMARKS):
+        lines.pop()
+    return "\n".join(lines) + "\n"
+
+
 def how_to_run_markdown() -> str:
     """Presets, the command line, the GPU workflow, data sets and interactive use, from the registry."""
     from gradalign.data.fashion_mnist import data_root

@@ -1,0 +1,114 @@
+"""Every benchmark `gradalign bench` knows, its sizes (full, and `quick` for tests), and the project's goals.
+
+The goals are those of the issue "speed and scale" (and, for SGR's memory, of the SGR part): targets of this
+project, not claims of the papers. A goal names the device kind it is set for; a measurement on the other kind is
+shown without one.
+"""
+
+from __future__ import annotations
+
+from gradalign.benchmarks.records import Benchmark, Goal
+
+
+def _lga_step(device, quick: bool) -> dict:
+    from gradalign.benchmarks.lga_step import measure_lga_cost
+
+    if quick:
+        return measure_lga_cost(device, width=4, batch_size=4, n_unlabeled=64, image=8, warmup=1, repeats=2)
+    return measure_lga_cost(device)  # the small CNN at width 32, batches of 50 + 50, 32 x 32 images
+
+
+def _metagrad_step(device, quick: bool) -> dict:
+    from gradalign.benchmarks.metagrad_step import measure_meta_step
+
+    if quick:
+        return measure_meta_step(device, width=0.125, batch=4, size=12, repeats=1)
+    return measure_meta_step(device, width=0.25, batch=32, size=28, repeats=9)
+
+
+def _sgr_memory(device, quick: bool) -> dict:
+    from gradalign.benchmarks.sgr_memory import measure_sgr_memory
+
+    return measure_sgr_memory(device, batch=4, size=8) if quick else measure_sgr_memory(device, batch=128, size=32)
+
+
+def _sgr_step(device, quick: bool) -> dict:
+    from gradalign.benchmarks.sgr_step import measure_sgr_step
+
+    size = dict(batch=4, size=8, repeats=1) if quick else dict(batch=128, size=32, repeats=5)
+    by_k = {str(k): measure_sgr_step(device, k, **size) for k in (16, 2)}
+    return {
+        "by_K": by_k,
+        **{f"sgr_over_layerwise_k{k}": by_k[k]["sgr_over_layerwise"] for k in by_k},
+        **{f"layerwise_over_global_bp_k{k}": by_k[k]["layerwise_over_global_bp"] for k in by_k},
+    }
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark(
+            "lga_step",
+            "one LGA step against one Pseudo-Label step; the JVP w-gradient against its double backward",
+            _lga_step,
+            {
+                "lga_over_pseudo_label": "time of one LGA step / one Pseudo-Label step",
+                "jvp_over_double_backward_time": "time of the JVP w-gradient / the double-backward one",
+                "jvp_over_double_backward_memory": "peak memory of the JVP w-gradient / the double-backward one",
+            },
+            (Goal("lga_over_pseudo_label", "<=", 1.6, "cpu"), Goal("lga_over_pseudo_label", "<=", 1.4, "cuda")),
+            "Small CNN (3 conv + BN, widths 32/64/128), 50 labeled + 50 unlabeled 32 x 32 images, fixed batches",
+            "lga.alg1",
+        ),
+        Benchmark(
+            "metagrad_step",
+            "the meta-gradient by forward mode (JVP) against the code's finite difference",
+            _metagrad_step,
+            {
+                "jvp_over_fd": "time of the JVP pseudo-label gradient / the finite difference",
+                "exact_over_fd": "time of the exact meta-gradient (Algorithm 1) / the finite difference",
+            },
+            (Goal("jvp_over_fd", "<=", 1.05, "cpu"), Goal("jvp_over_fd", "<=", 1.05, "cuda")),
+            "Conv-Large x0.25, 32 + 32 images of 28 x 28, eval mode",
+            "metagrad.alg2",
+        ),
+        Benchmark(
+            "sgr_memory",
+            "activation memory of one SGR step against one global-BP step (ResNet-32)",
+            _sgr_memory,
+            {
+                "sgr_k16_over_global_bp": "saved bytes, SGR at K = 16 / global BP",
+                "sgr_k2_over_global_bp": "saved bytes, SGR at K = 2 / global BP",
+                "cuda_sgr_k16_over_global_bp": "CUDA peak allocated, SGR at K = 16 / global BP",
+            },
+            tuple(
+                Goal(ratio, "<=", value, kind)
+                for kind in ("cpu", "cuda")
+                for ratio, value in (("sgr_k16_over_global_bp", 0.3), ("sgr_k2_over_global_bp", 0.7))
+            ),
+            "ResNet-32 at full width, batch 128 of 32 x 32, Belilovsky's local heads",
+            "sgr.mem",
+        ),
+        Benchmark(
+            "sgr_step",
+            "the time of one SGR step against one layer-wise step and one global-BP step (ResNet-32)",
+            _sgr_step,
+            {
+                "sgr_over_layerwise_k16": "time of one SGR step / one layer-wise step, K = 16",
+                "sgr_over_layerwise_k2": "time of one SGR step / one layer-wise step, K = 2",
+                "layerwise_over_global_bp_k16": "time of one layer-wise step / one global-BP step, K = 16",
+            },
+            (),
+            "ResNet-32 at full width, batch 128 of 32 x 32",
+            "sgr.mem",
+        ),
+    )
+}
+
+NOT_BUILT: dict[str, str] = {
+    "wrn_throughput": (
+        "WRN-28-2 training throughput of the fast path (device-resident data, bf16, channels-last, compile) against "
+        "a plain fp32 eager loop with a CPU data loader; goal >= 3x on GPU. Not measured: the fast path of the one "
+        "loop is not built yet."
+    ),
+}

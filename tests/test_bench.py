@@ -1,0 +1,79 @@
+"""`gradalign bench`: benchmark records are measured, stored with their provenance, verified on read, judged
+against the project's goals (a failing goal is reported as not met), and shown on the Performance page."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gradalign.benchmarks.records import BenchStore, Goal, goal_rows, run_benchmark
+from gradalign.benchmarks.registry import BENCHMARKS
+from gradalign.cli import main
+
+
+def test_goals_are_judged_and_a_missed_goal_is_not_met():
+    bench = BENCHMARKS["sgr_memory"]
+    met = goal_rows(bench, {"sgr_k16_over_global_bp": 0.25, "sgr_k2_over_global_bp": 0.9}, "cpu")
+    assert [(g["ratio"], g["met"]) for g in met] == [("sgr_k16_over_global_bp", True), ("sgr_k2_over_global_bp", False)]
+    assert goal_rows(bench, {}, "cpu")[0]["met"] is False  # a ratio that was not measured does not meet its goal
+    assert Goal("x", ">", 1.0, "cpu").met(1.01) and not Goal("x", ">", 1.0, "cpu").met(1.0)
+    assert all(g["goal"].endswith("on GPU") for g in goal_rows(bench, {}, "cuda"))
+
+
+def test_every_ratio_with_a_goal_is_one_the_benchmark_reports():
+    for bench in BENCHMARKS.values():
+        assert {g.ratio for g in bench.goals} <= set(bench.ratios), bench.name
+        assert all(g.device in ("cpu", "cuda") for g in bench.goals)
+
+
+def test_a_measured_record_is_stored_verified_and_an_edit_is_caught(tmp_path):
+    record = run_benchmark("sgr_memory", "cpu", root=tmp_path)
+    store = BenchStore(tmp_path)
+    path = store.path("sgr_memory", "cpu")
+    assert path.exists() and store.load("sgr_memory", "cpu") == record
+    ratio = record["measurement"]["sgr_k16_over_global_bp"]
+    assert 0 < ratio < 1  # local learning saves activation memory
+    assert record["provenance"]["hardware"] and record["provenance"]["torch"] and not record["provenance"]["quick"]
+    edited = json.loads(path.read_text())
+    edited["measurement"]["sgr_k16_over_global_bp"] = 0.1
+    path.write_text(json.dumps(edited))
+    with pytest.warns(UserWarning, match="digest"):
+        assert store.load("sgr_memory", "cpu") is None
+    path.write_text(path.read_text()[:50])  # cut short
+    with pytest.warns(UserWarning):
+        assert store.load("sgr_memory", "cpu") is None
+
+
+def test_quick_runs_every_benchmark_and_stores_nothing(tmp_path):
+    for name in ("sgr_memory", "metagrad_step", "lga_step"):
+        record = run_benchmark(name, "cpu", quick=True, root=tmp_path)
+        assert record["provenance"]["quick"] and set(BENCHMARKS[name].ratios) & set(record["measurement"])
+    assert not (tmp_path / "bench").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "nope"], "unknown benchmark 'nope'"),
+        (["bench", "sgr_memory", "--device", "cuda:7"], "device"),
+        (["bench", "sgr_memory", "--device", "tpu"], "device"),
+    ],
+)
+def test_bad_bench_input_is_one_line_before_any_compute(argv, message, capsys, tmp_path):
+    assert main([*argv, "--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gradalign: error:") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "bench").exists()
+
+
+def test_the_performance_page_shows_stored_ratios_with_their_goals(tmp_path, capsys):
+    from gradalign.pages import performance_markdown
+
+    assert "No benchmark record is stored yet." in performance_markdown(tmp_path)
+    assert main(["bench", "sgr_memory", "--device", "cpu", "--results", str(tmp_path)]) == 0
+    assert "goal sgr_k16_over_global_bp <= 0.3 on CPU" in capsys.readouterr().out
+    page = performance_markdown(tmp_path)
+    assert "| `sgr_memory` | saved bytes, SGR at K = 16 / global BP |" in page
+    assert "<= 0.3 on CPU: **not met**" in page or "<= 0.3 on CPU: **met**" in page
+    assert "`lga_step`" in page and "not built yet" in page  # unmeasured and unbuilt benchmarks are named
