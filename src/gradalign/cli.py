@@ -277,6 +277,9 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--quick", action="store_true", help="tiny sizes, to test the code path; nothing is stored")
     be.add_argument("--results", help="results root (default: $GRADALIGN_RESULTS or ./results)")
     be.set_defaults(func=cmd_bench)
+    from gradalign.sweep import add_sweep_parser  # light: submitit is imported when a sweep runs
+
+    add_sweep_parser(sub)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")
     b.add_argument(
         "--preset", default="auto", help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper"

@@ -247,6 +247,12 @@ def how_to_run_markdown() -> str:
         "# the reproduction report as Markdown; the book (executes the notebooks that changed)",
         "gradalign report",
         "gradalign book",
+        "# measure a benchmark and store its record (the Performance page shows it); no name lists them",
+        "gradalign bench sgr_memory",
+        "# an experiment's training runs as separate jobs (submitit: here, or on Slurm); then assemble the record",
+        "gradalign sweep lga.fig5 --preset cpu --executor local",
+        "gradalign sweep lga.fig5 --preset gpu --executor slurm --partition gpu --gpus-per-node 1",
+        "gradalign run lga.fig5 --preset gpu",
         "```",
         "",
         "Bad input (a wrong type, NaN, a value out of range, a device that is not there) stops with one line "

@@ -7,7 +7,7 @@ import re
 
 def duration(seconds: float) -> str:
     """'12.3 s', '4.5 min' or '2.1 h'."""
-    if seconds < 120:
+    if seconds < 60:
         return f"{seconds:.1f} s"
     return f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 

@@ -2,18 +2,21 @@
 
 Figures 3 and 4 come from the same trials; each trial is stored once in the run cache (`runcache`,
 keyed by the trial's settings), so whichever of the two runs first trains and the other reads it back,
-and an interrupted study resumes at the next trial. The data is float32 and small: it runs on the CPU whatever
+and an interrupted study resumes at the next trial. Each trial is a unit (`trial_unit`): `gradalign sweep`
+can compute the trials as separate jobs. The data is float32 and small: it runs on the CPU whatever
 device is asked for (a GPU would mostly add latency to a 40k-parameter MLP).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from gradalign.config import Config, require
 from gradalign.experiments.base import check, Experiment, outcome, plural, same_as_cpu, scale_text
+from gradalign.experiments.units import Unit
 from gradalign.training.shells import ShellsTrialSettings
 
 NOTEBOOK = "notebooks/lga/03_synthetic_shells.ipynb"
@@ -96,12 +99,9 @@ class ShellsStudyConfig(Config):
         require(self, "trial", self.trial.hessian_points <= self.n_test, "hessian_points must be <= n_test")
 
 
-def _trial(cfg: ShellsStudyConfig, k: int) -> dict:
-    """Both algorithms on trial k's data set (seed + k); read back from the run cache when stored."""
-    from gradalign.data.shells import make_shells
-    from gradalign.runcache import cached_run
-    from gradalign.training.shells import shells_trial
-
+def trial_unit(cfg: ShellsStudyConfig, k: int) -> Unit:
+    """Trial k (its data set drawn with seed + k, both algorithms trained on it) as a run-cache unit: what
+    `_trial` reads back, and what `gradalign sweep` computes as a job of its own."""
     seed = cfg.seed + k
     spec = {
         "d": cfg.d,
@@ -111,12 +111,21 @@ def _trial(cfg: ShellsStudyConfig, k: int) -> dict:
         "seed": seed,
         "trial": cfg.trial.to_dict(),
     }
+    return Unit(f"trial {k} (seed {seed})", "lga.shells", spec, STUDY_VERSION, functools.partial(_train, cfg, seed))
 
-    def train(_checkpoint) -> dict:
-        data = make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
-        return {method: shells_trial(data, method, cfg.trial, seed) for method in ("supervised", "lga")}
 
-    return cached_run("lga.shells", spec, STUDY_VERSION, train)
+def _train(cfg: ShellsStudyConfig, seed: int, _checkpoint) -> dict:
+    """Both algorithms on the data set of `seed` (a module-level function: a sweep's job receives it pickled)."""
+    from gradalign.data.shells import make_shells
+    from gradalign.training.shells import shells_trial
+
+    data = make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
+    return {method: shells_trial(data, method, cfg.trial, seed) for method in ("supervised", "lga")}
+
+
+def _trial(cfg: ShellsStudyConfig, k: int) -> dict:
+    """Both algorithms on trial k's data set (seed + k); read back from the run cache when stored."""
+    return trial_unit(cfg, k).run()
 
 
 def _mean_std(rows: list[list[float]]) -> tuple[list[float], list[float]]:

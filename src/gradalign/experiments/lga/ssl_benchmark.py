@@ -9,11 +9,9 @@ substitute Fashion-MNIST and a small CNN, and say so.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gradalign.data.image_sets import IMAGE_SETS
 from gradalign.experiments.base import Experiment, check, outcome, plural, scale_text
-from gradalign.experiments.lga.ssl_runs import RUN_VERSION, SSLBenchConfig, TableConfig, sweep
+from gradalign.experiments.lga.ssl_runs import RUN_VERSION, SSLBenchConfig, TableConfig, column_configs, sweep
 
 NOTEBOOK = "notebooks/lga/04_ssl_benchmark.ipynb"
 
@@ -115,12 +113,10 @@ def table1_checks(columns: dict, methods) -> dict[str, dict]:
 def table1(cfg: TableConfig, device) -> dict:
     """Table 1: test error of every method at one label count per column."""
     columns = {}
-    for dataset, family, n, n_validation in cfg.columns:
-        sub = replace(cfg, dataset=dataset, families=(family,), labels=(n,), n_validation=n_validation)
+    for name, sub in column_configs(cfg):
         table = sweep(sub, device)
-        columns[f"{dataset}/{family}/{n}"] = {
-            m: {k: v for k, v in table[m]["by_labels"][str(n)].items()} for m in cfg.methods
-        }
+        (n,) = sub.labels
+        columns[name] = {m: {k: v for k, v in table[m]["by_labels"][str(n)].items()} for m in cfg.methods}
     checks = table1_checks(columns, cfg.methods)
     scope = (
         "exact"

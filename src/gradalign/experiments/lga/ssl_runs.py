@@ -1,16 +1,20 @@
 """LGA part, §4: the benchmark's settings and its training runs, shared by Figures 5-7 and Table 1.
 
 Every training run (data set, method settings, number of labels, seed, protocol) is stored once in the
-run cache (kind `lga.ssl`), so runs that several experiments share train once.
+run cache (kind `lga.ssl`), so runs that several experiments share train once. Each run is a unit
+(`run_unit`; an experiment's: `benchmark_units`, Table 1's per column: `column_configs`): `gradalign sweep`
+can train them as separate jobs.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
 
 from gradalign.config import Config, require
+from gradalign.experiments.units import Unit
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
 from gradalign.training.protocols import FAMILIES, OliverProtocol
 
@@ -151,12 +155,11 @@ def method_settings(cfg: SSLBenchConfig, method: str, family: str):
     return oliver_settings(method, family)
 
 
-def ssl_run(cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_labeled: int, seed: int, device) -> dict:
-    """One training run, from the run cache when it is there."""
-    from gradalign.data.image_sets import image_set_info
-    from gradalign.runcache import cached_run
-    from gradalign.training.ssl import train_ssl
-
+def run_unit(
+    cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_labeled: int, seed: int, device=None
+) -> Unit:
+    """One training run as a run-cache unit: what `ssl_run` reads back, and what `gradalign sweep` computes as a
+    job of its own. `device`: where it trains; None: chosen where it runs (CUDA when the job sees a GPU)."""
     settings = method_settings(cfg, method, family)
     spec = {
         "dataset": dataset,
@@ -171,17 +174,32 @@ def ssl_run(cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_label
         "n_pool": cfg.n_pool,
         "n_test": cfg.n_test,
     }
+    label = f"{dataset} {method} ({family} settings), {n_labeled} labels, seed {seed}"
+    train = functools.partial(_train, cfg, dataset, family, method, n_labeled, seed, settings, device)
+    return Unit(label, "lga.ssl", spec, RUN_VERSION, train)
 
-    def train(checkpoint) -> dict:
-        data = _data(cfg, dataset, n_labeled, seed, device)
-        info = image_set_info(dataset)
-        torch.manual_seed(seed)
-        model = _model(cfg, info.num_classes, info.channels).to(device)
-        out = train_ssl(model, method, settings, cfg.protocol, data, seed, checkpoint=checkpoint)
-        out.update(family=family, dataset=dataset, labels=n_labeled, data=data.description)
-        return out
 
-    return cached_run("lga.ssl", spec, RUN_VERSION, train)
+def _train(
+    cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_labeled: int, seed: int, settings, device, checkpoint
+) -> dict:
+    """The run itself, resuming from `checkpoint` (a module-level function: a sweep's job receives it pickled)."""
+    from gradalign.data.image_sets import image_set_info
+    from gradalign.runtime import select_device
+    from gradalign.training.ssl import train_ssl
+
+    device = select_device() if device is None else device
+    data = _data(cfg, dataset, n_labeled, seed, device)
+    info = image_set_info(dataset)
+    torch.manual_seed(seed)
+    model = _model(cfg, info.num_classes, info.channels).to(device)
+    out = train_ssl(model, method, settings, cfg.protocol, data, seed, checkpoint=checkpoint)
+    out.update(family=family, dataset=dataset, labels=n_labeled, data=data.description)
+    return out
+
+
+def ssl_run(cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_labeled: int, seed: int, device) -> dict:
+    """One training run, from the run cache when it is there."""
+    return run_unit(cfg, dataset, family, method, n_labeled, seed, device).run()
 
 
 def _unique_settings_families(cfg: SSLBenchConfig, methods, families) -> list[tuple[str, str]]:
@@ -209,14 +227,32 @@ def _summary(runs: list[dict]) -> dict:
     return out
 
 
+def _runs(cfg: SSLBenchConfig, pairs: list[tuple[str, str]]) -> list[tuple[str, str, int, int]]:
+    """(method, family, labels, seed) of every run `sweep` reads, in its order."""
+    return [(m, f, n, s) for n in cfg.labels for s in range(cfg.seed, cfg.seed + cfg.seeds) for (m, f) in pairs]
+
+
+def benchmark_units(cfg: SSLBenchConfig) -> list[Unit]:
+    """The runs `sweep(cfg, device)` reads, as units (each trains on the device its job sees)."""
+    pairs = _unique_settings_families(cfg, cfg.methods, cfg.families)
+    return [run_unit(cfg, cfg.dataset, f, m, n, s) for m, f, n, s in _runs(cfg, pairs)]
+
+
+def column_configs(cfg: TableConfig) -> list[tuple[str, TableConfig]]:
+    """Table 1's columns, each as (its name `dataset/family/labels`, the config of the sweep that fills it)."""
+    return [
+        (f"{dataset}/{family}/{n}", replace(cfg, dataset=dataset, families=(family,), labels=(n,), n_validation=nv))
+        for dataset, family, n, nv in cfg.columns
+    ]
+
+
 def sweep(cfg: SSLBenchConfig, device) -> dict:
     """Per method and label count: the summary of the chosen family (lowest mean validation error)."""
     from gradalign.progress import progress
 
     pairs = _unique_settings_families(cfg, cfg.methods, cfg.families)
-    jobs = [(m, f, n, s) for n in cfg.labels for s in range(cfg.seed, cfg.seed + cfg.seeds) for (m, f) in pairs]
     runs: dict = {}
-    for m, f, n, s in progress(jobs, desc=f"{cfg.dataset} runs"):
+    for m, f, n, s in progress(_runs(cfg, pairs), desc=f"{cfg.dataset} runs"):
         runs.setdefault((m, f, n), []).append(ssl_run(cfg, cfg.dataset, f, m, n, s, device))
     table = {}
     for method in cfg.methods:

@@ -1,0 +1,97 @@
+"""An experiment's units: the independent sub-runs it stores in the run cache, each computable on its own.
+
+A unit is exactly the arguments of `runcache.cached_run` (kind, spec, version, compute) and a label for
+people. Running it anywhere that sees the same run cache stores the entry the experiment would have stored
+itself, so `gradalign sweep` can compute an experiment's units as separate jobs and `gradalign run` then
+assembles the record from the cache without training. The experiment modules build their units
+(`shells.trial_unit`, `ssl_runs.run_unit`) and read them through `Unit.run`, so each spec is written once:
+a sweep stores exactly what the experiment reads.
+
+`compute` must pickle, since a job receives it through cloudpickle: a module-level function, or a
+functools.partial of one over picklable values (configs are frozen dataclasses), not a closure over a
+device or an open file.
+
+This module imports no experiment at load time: the experiment modules import `Unit` from it, and the
+registry below reaches them only when it is called.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from gradalign.atomic import dumps_strict
+from gradalign.config import Config
+from gradalign.errors import ConfigError
+from gradalign.runcache import cached_run, run_key
+
+
+@dataclass(frozen=True)
+class Unit:
+    label: str  # what a person reads in a sweep's report: "trial 3 (seed 3)"
+    kind: str
+    spec: dict
+    version: int
+    compute: Callable[[Path], object]  # checkpoint path -> value, as cached_run calls it
+
+    @property
+    def key(self) -> str:
+        """The run-cache key of its entry (the spec as the entry stores it: tuples become lists)."""
+        return run_key(self.kind, json.loads(dumps_strict(self.spec)), self.version)
+
+    def run(self, root: Path | None = None) -> Any:
+        """Its stored value, else computed and stored: `cached_run` with this unit's arguments."""
+        return cached_run(self.kind, self.spec, self.version, self.compute, root)
+
+
+def _shells_trials(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.lga.shells import trial_unit
+
+    return [trial_unit(cfg, k) for k in range(cfg.trials)]
+
+
+def _benchmark_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.lga.ssl_runs import benchmark_units
+
+    return benchmark_units(cfg)
+
+
+def _table_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.lga.ssl_runs import benchmark_units, column_configs
+
+    return [unit for _, sub in column_configs(cfg) for unit in benchmark_units(sub)]
+
+
+UNITS: dict[str, Callable[[Config], list[Unit]]] = {
+    "lga.fig3": _shells_trials,
+    "lga.fig4": _shells_trials,
+    "lga.fig5": _benchmark_runs,
+    "lga.fig6": _benchmark_runs,
+    "lga.fig7": _benchmark_runs,
+    "lga.tab1": _table_runs,
+}
+"""Element id -> its units at a resolved config, for the experiments that have independent units."""
+
+
+def units_of(element_id: str, cfg: Config) -> list[Unit]:
+    """The units of `element_id` at its resolved config `cfg`, in the order the experiment reads them, each once
+    (two parts of an experiment that read the same run list it once). A ConfigError when the id is unknown or
+    the experiment has no units (it computes in one piece: `gradalign run`)."""
+    from gradalign.experiments import get
+
+    get(element_id)  # an unknown or unbuilt id: its own one-line error
+    if element_id not in UNITS:
+        raise ConfigError(
+            f"{element_id} has no units to sweep (it computes in one piece: gradalign run {element_id}); "
+            f"experiments with units: {', '.join(UNITS)}"
+        )
+    units, keys = [], set()
+    for unit in UNITS[element_id](cfg):
+        if (unit.kind, unit.key) not in keys:
+            keys.add((unit.kind, unit.key))
+            units.append(unit)
+    labels = Counter(unit.label for unit in units)  # a report names units by label: make each say which
+    return [replace(unit, label=f"{unit.label} [{unit.key}]") if labels[unit.label] > 1 else unit for unit in units]

@@ -1,0 +1,241 @@
+"""`gradalign sweep`: an experiment's units computed as submitit jobs, then its record assembled from the run cache.
+
+The sweeps here use submitit's local executor (a subprocess per job) on lga.fig3 at smoke, shrunk further by
+overrides so that a unit trains in about a second; the Slurm path is checked up to its sbatch parameters.
+"""
+
+import argparse
+import functools
+import os
+import shlex
+import stat
+import sys
+from dataclasses import replace
+
+import cloudpickle
+import pytest
+
+from gradalign import cli, runner
+from gradalign.errors import ConfigError
+from gradalign.experiments import get
+from gradalign.experiments.lga.shells import trial_unit
+from gradalign.experiments.units import UNITS, units_of
+from gradalign.results import ResultStore
+from gradalign.sweep import add_sweep_parser, make_executor, missing_units, sweep
+
+TINY = {  # lga.fig3 smoke, smaller: ~1 s per trial on two cores
+    "d": 5,
+    "n": 100,
+    "n_test": 100,
+    "trial.steps": 20,
+    "trial.eval_every": 10,
+    "trial.batch": 16,
+    "trial.hessian_points": 50,
+    "trial.lanczos_iters": 4,
+}
+SET = [arg for key, value in TINY.items() for arg in ("--set", f"{key}={value}")]
+
+# Keys the experiments stored before their units were factored out (computed with runcache.run_key then):
+# stored entries keep their keys, so no run is trained again.
+KEY_SHELLS_CPU_TRIAL0 = "cea635088d918ed2"
+KEYS_SHELLS_SMOKE = ["914ba1b7b9b0d863", "9d7c6f6606e5fbb1"]
+KEY_FIG5_CPU_FIRST_RUN = "4885174dd5845d0e"
+KEYS_TAB1_CPU_FIRST_RUNS = ["61b19e036439fa24", "3c50d94d14369276"]
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # a job unpickles _fail_once without this file
+
+
+def _cfg(element_id="lga.fig3", preset="smoke", overrides=None):
+    return get(element_id).resolve(preset, overrides)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A fresh run cache; jobs pin one thread (two jobs at once on two cores)."""
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADALIGN_THREADS", "1")
+    return tmp_path / "cache"
+
+
+def test_units_keep_the_keys_of_the_stored_runs():
+    assert trial_unit(_cfg(preset="cpu"), 0).key == KEY_SHELLS_CPU_TRIAL0
+    for element_id in ("lga.fig3", "lga.fig4"):
+        units = units_of(element_id, _cfg(element_id))
+        assert [u.key for u in units] == KEYS_SHELLS_SMOKE
+        assert [u.kind for u in units] == ["lga.shells"] * 2 and units[1].label == "trial 1 (seed 1)"
+    assert units_of("lga.fig5", _cfg("lga.fig5", "cpu"))[0].key == KEY_FIG5_CPU_FIRST_RUN
+    assert [u.key for u in units_of("lga.tab1", _cfg("lga.tab1", "cpu"))[:2]] == KEYS_TAB1_CPU_FIRST_RUNS
+    assert set(UNITS) == {"lga.fig3", "lga.fig4", "lga.fig5", "lga.fig6", "lga.fig7", "lga.tab1"}
+
+
+def test_units_are_the_runs_the_experiment_reads(cache, one_thread):
+    """Computed in-process by the experiment's own `_trial`, the entries are the units' keys, and then no unit
+    is missing: what `gradalign run` stores, a sweep counts as done."""
+    from gradalign.experiments.lga.shells import _trial
+
+    cfg = _cfg(overrides=TINY)
+    units = units_of("lga.fig3", cfg)
+    assert missing_units(units) == units
+    values = [_trial(cfg, k) for k in range(cfg.trials)]
+    assert sorted(p.stem for p in (cache / "runs" / "lga.shells").glob("*.json")) == sorted(u.key for u in units)
+    assert missing_units(units) == [] and [u.run() for u in units] == values
+    assert [u.key for u in units_of("lga.fig4", cfg)] == [u.key for u in units]
+
+
+def test_sweep_then_run_assembles_the_record_computed_directly(tmp_path, monkeypatch):
+    """Two units in two local jobs; `runner.run` then reads them (training is made impossible) into the record
+    that a direct run computes in another, fresh cache."""
+    from gradalign.experiments.lga import shells
+
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "swept"))
+    monkeypatch.setenv("GRADALIGN_THREADS", "1")  # in the jobs and in runner.run alike
+    printed = []
+    summary = sweep("lga.fig3", "smoke", "local", tmp_path / "jobs", TINY, parallel=2, poll_s=0.2, echo=printed.append)
+    units = units_of("lga.fig3", _cfg(overrides=TINY))
+    assert summary.ok and summary.submitted == summary.stored == [u.label for u in units]
+    assert len(set(summary.jobs.values())) == 2 and str(os.getpid()) not in summary.jobs.values()
+    assert printed[0] == "lga.fig3 [smoke]: 0 of 2 unit(s) stored, submitting 2 as jobs"
+    assert printed[-1] == "  2 of 2 job(s) finished, 0 failed"
+    for unit in units:
+        assert (tmp_path / "swept" / "runs" / "lga.shells" / f"{unit.key}.json").exists()
+
+    def no_training(*args):
+        raise AssertionError("the record must be assembled from the run cache")
+
+    train = shells._train
+    monkeypatch.setattr(shells, "_train", no_training)
+    swept = runner.run("lga.fig3", "smoke", TINY, store=ResultStore(tmp_path / "results-swept"))
+    monkeypatch.setattr(shells, "_train", train)
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "direct"))
+    direct = runner.run("lga.fig3", "smoke", TINY, store=ResultStore(tmp_path / "results-direct"))
+    for part in ("metrics", "curves", "checks", "verdict", "config_hash"):
+        assert swept[part] == direct[part], part
+
+
+def test_rerun_with_every_unit_stored_submits_nothing(cache, tmp_path, one_thread):
+    for unit in units_of("lga.fig3", _cfg(overrides=TINY)):
+        unit.run()  # as `gradalign run` would have stored them
+    summary = sweep("lga.fig3", "smoke", "local", tmp_path / "jobs", TINY, echo=pytest.fail)
+    assert summary.ok and summary.submitted == [] and summary.jobs == {}
+    assert summary.lines() == [
+        "lga.fig3 [smoke]: 2 unit(s), all stored; nothing to submit (gradalign run lga.fig3 --preset smoke "
+        + " ".join(SET)
+        + " assembles the record)"
+    ]
+    assert not list((tmp_path / "jobs").glob("*_submitted.pkl"))
+
+
+def _fail_once(marker, compute, checkpoint):
+    """A unit's computation that fails the first time (it leaves `marker`), then computes."""
+    if not marker.exists():
+        marker.touch()
+        raise RuntimeError("simulated failure of this unit")
+    return compute(checkpoint)
+
+
+def _main(argv, monkeypatch) -> int:
+    """`gradalign <argv>` with the sweep subcommand registered (once cli.py registers it, as it is)."""
+    parser = cli.parser
+
+    def with_sweep():
+        p = parser()
+        subparsers = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+        if "sweep" not in subparsers.choices:
+            add_sweep_parser(subparsers)
+        return p
+
+    monkeypatch.setattr(cli, "parser", with_sweep)
+    return cli.main(argv)
+
+
+def test_a_failed_unit_is_reported_and_the_rerun_submits_only_it(cache, tmp_path, monkeypatch, capsys):
+    import gradalign.sweep as sweep_module
+
+    units = units_of("lga.fig3", _cfg(overrides=TINY))
+    flaky = replace(units[1], compute=functools.partial(_fail_once, tmp_path / "failed-once", units[1].compute))
+    monkeypatch.setattr(sweep_module, "units_of", lambda element_id, cfg: [units[0], flaky])
+    argv = ["sweep", "lga.fig3", "--preset", "smoke", "--folder", str(tmp_path / "jobs"), "--parallel", "2", *SET]
+
+    assert _main(argv, monkeypatch) == 1
+    out = capsys.readouterr().out
+    assert "1 of 2 submitted stored, 1 failed" in out
+    failed = [line for line in out.splitlines() if line.startswith("  failed: ")]
+    assert len(failed) == 1
+    assert failed[0].startswith("  failed: trial 1 (seed 1): RuntimeError: simulated failure of this unit (log: ")
+    assert missing_units(units) == [units[1]]  # the other unit's entry is stored
+
+    assert _main(argv, monkeypatch) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 unit(s) stored, submitting 1 as jobs" in out and "1 of 1 submitted stored, 0 failed" in out
+    assert missing_units(units) == []
+
+
+BAD_INPUT = {  # argv after `sweep`: the start of the one-line error
+    "unknown id": (["lga.nope"], "unknown element id 'lga.nope'"),
+    "id without units": (["lga.fig1"], "lga.fig1 has no units to sweep"),
+    "bad executor": (["lga.fig3", "--executor", "pbs"], "unknown executor 'pbs'; choose one of: local, slurm"),
+    "bad preset": (["lga.fig3", "--preset", "huge"], "unknown preset 'huge'"),
+    "bad override": (["lga.fig3", "--set", "trials=0"], "ShellsStudyConfig.trials must be >= 1"),
+    "bad executor parameter": (["lga.fig3", "--param", "bogus=1"], "bad local executor parameter"),
+    "bad parallel": (["lga.fig3", "--parallel", "0"], "parallel must be >= 1"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_INPUT)
+def test_bad_input_is_one_line_before_any_submission(name, cache, tmp_path, monkeypatch, capsys):
+    import gradalign.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "_submit_and_wait", lambda *args: pytest.fail("submitted"))
+    args, error = BAD_INPUT[name]
+    argv = ["sweep", args[0], "--preset", "smoke", "--folder", str(tmp_path / "jobs"), *args[1:]]
+    assert _main(argv, monkeypatch) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"gradalign: error: {error}") and captured.err.count("\n") == 1
+    assert captured.out == "" and not (cache / "runs").exists()
+
+
+def test_slurm_needs_srun_here(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no srun on it
+    with pytest.raises(ConfigError, match="executor 'slurm' cannot submit from this machine: Could not detect"):
+        sweep("lga.fig3", "smoke", "slurm", tmp_path / "jobs", TINY)
+
+
+def test_local_jobs_run_this_python(tmp_path):
+    assert make_executor("local", tmp_path, {})._executor.python == shlex.quote(sys.executable)
+
+
+def test_slurm_jobs_get_the_options_as_sbatch_parameters(cache, tmp_path, monkeypatch, one_thread):
+    """With an `srun` on the PATH (a stub), the Slurm executor is built; the jobs are captured, not submitted."""
+    import gradalign.sweep as sweep_module
+
+    monkeypatch.setenv("GRADALIGN_THREADS", "3")  # a job's cores: the threads it pins
+
+    srun = tmp_path / "bin" / "srun"
+    srun.parent.mkdir()
+    srun.write_text("#!/bin/sh\nexit 1\n")
+    srun.chmod(srun.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{srun.parent}{os.pathsep}{os.environ['PATH']}")
+    seen = {}
+
+    def capture(submitter, units, cache_path, threads, slots, poll_s, echo):
+        seen.update(parameters=submitter._executor.parameters, units=len(units), slots=slots, cache=cache_path)
+        seen.update(threads=threads)
+        for unit in units:
+            unit.run()  # as the jobs would
+        return {}, {}
+
+    monkeypatch.setattr(sweep_module, "_submit_and_wait", capture)
+    options = dict(partition="gpu", gpus_per_node=1, timeout_min=30, mem_gb=8, parallel=4)
+    summary = sweep("lga.fig3", "smoke", "slurm", tmp_path / "jobs", TINY, **options, parameters={"slurm_qos": "high"})
+    assert summary.ok and len(summary.stored) == 2
+    assert seen["units"] == seen["slots"] == 2 and seen["cache"] == str(cache) and seen["threads"] == 3
+    assert seen["parameters"] == {
+        "job_name": "gradalign-lga.fig3",
+        "time": 30,
+        "cpus_per_task": 3,
+        "gpus_per_node": 1,
+        "mem": "8GB",
+        "partition": "gpu",
+        "array_parallelism": 4,
+        "qos": "high",
+    }
