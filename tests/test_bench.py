@@ -46,7 +46,7 @@ def test_a_measured_record_is_stored_verified_and_an_edit_is_caught(tmp_path):
 
 
 def test_quick_runs_every_benchmark_and_stores_nothing(tmp_path):
-    for name in ("sgr_memory", "metagrad_step", "lga_step"):
+    for name in ("sgr_memory", "metagrad_step", "lga_step", "batched_trials"):
         record = run_benchmark(name, "cpu", quick=True, root=tmp_path)
         assert record["provenance"]["quick"] and set(BENCHMARKS[name].ratios) & set(record["measurement"])
     assert not (tmp_path / "bench").exists()

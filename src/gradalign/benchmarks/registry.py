@@ -44,6 +44,14 @@ def _sgr_step(device, quick: bool) -> dict:
     }
 
 
+def _batched_trials(device, quick: bool) -> dict:
+    from gradalign.benchmarks.batched_trials import measure_batched_trials
+
+    if quick:
+        return measure_batched_trials(trials=3, steps=5, device=device, repeats=1, n=256, d=8, batch=16)
+    return measure_batched_trials(trials=25, steps=300, device=device, repeats=5)
+
+
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
@@ -101,6 +109,22 @@ BENCHMARKS: dict[str, Benchmark] = {
             (),
             "ResNet-32 at full width, batch 128 of 32 x 32",
             "sgr.mem",
+        ),
+        Benchmark(
+            "batched_trials",
+            "25 independent trainings of the shells MLP at once (stack_module_state + vmap) against one at a time",
+            _batched_trials,
+            {
+                "batched_over_one_at_a_time": "trial-steps per second, all trials at once / one trial after another",
+                "max_abs_param_diff_one_thread": "largest final-parameter difference between the two, on one thread",
+            },
+            (
+                Goal("batched_over_one_at_a_time", ">", 1.0, "cpu"),
+                Goal("batched_over_one_at_a_time", ">=", 5.0, "cuda"),
+            ),
+            "The supervised arm of LGA's shells study (4 x 128 ReLU MLP, d = 50, 5,000 points, batch 128, Adam "
+            "1e-3), 300 steps per trial",
+            "lga.fig3",
         ),
     )
 }
