@@ -179,8 +179,8 @@ def cmd_bench(args) -> int:
         for name, bench in BENCHMARKS.items():
             stored = [kind for kind in ("cpu", "cuda") if store.path(name, kind).exists()]
             print(f"{name:<16} stored: {', '.join(stored) or 'none':<10} {bench.title}")
-        for name, why in NOT_BUILT.items():
-            print(f"{name:<16} not built  {why}")
+        for name, item in NOT_BUILT.items():
+            print(f"{name:<16} not built  {item['ratio']} ({item['why']})")
         return 0
     if args.name not in BENCHMARKS:
         raise ConfigError(f"unknown benchmark {args.name!r}; choose one of: {', '.join(BENCHMARKS)}")

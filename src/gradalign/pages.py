@@ -153,59 +153,67 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
 
 
 def performance_markdown(results_root: Path | None = None) -> str:
-    """The stored benchmark records (`gradalign bench`): each ratio with its goal, on the hardware it was measured."""
+    """The stored benchmark records (`gradalign bench`): first the project's goals against what was measured, then
+    each benchmark with every ratio it reports, on CPU and GPU, and the hardware it was measured on."""
     from gradalign.benchmarks.records import BenchStore
     from gradalign.benchmarks.registry import BENCHMARKS, NOT_BUILT
 
     store = BenchStore(results_root)
+    records = {(name, kind): store.load(name, kind) for name in BENCHMARKS for kind in ("cpu", "cuda")}
+
+    def measured(name: str, kind: str, ratio: str) -> str:
+        record = records[(name, kind)]
+        if record is None:
+            return "not measured"
+        value = record["measurement"].get(ratio)
+        if not isinstance(value, (int, float)):
+            return "—"
+        goal = next((g for g in record["goals"] if g["ratio"] == ratio), None)
+        return f"{value:.3g}" + ("" if goal is None else f" ({'met' if goal['met'] else '**not met**'})")
+
     lines = [
         "# Performance",
         "",
         "How fast and how lean the library's methods are, measured by `gradalign bench <name>` and stored like the "
         "records (`results/bench/`). Each benchmark times its calls interleaved in one run and reports ratios, so "
         "that the load of the machine hits both sides alike. The goals are this project's own targets, not claims "
-        "of the papers: they never enter a verdict. A goal is set for one kind of device; a measurement on the "
-        "other kind is shown without one.",
+        "of the papers: they never enter a verdict.",
         "",
+        "## The goals",
+        "",
+        "| benchmark | ratio | goal | CPU | GPU |",
+        "| --- | --- | --- | --- | --- |",
     ]
-    table, missing = ["| benchmark | ratio | measured | goal | measured on |", "| --- | --- | --- | --- | --- |"], []
     for name, bench in BENCHMARKS.items():
-        shown = False
-        for kind in ("cpu", "cuda"):
-            record = store.load(name, kind)
-            if record is None:
-                continue
-            shown = True
-            prov, measured = record["provenance"], record["measurement"]
-            where = (
-                f"{hardware_text(prov['hardware'])}; torch {prov['torch']}; {prov['date'][:10]}, "
-                f"commit `{commit_of(record)}`"
+        for ratio in dict.fromkeys(g.ratio for g in bench.goals):
+            goals = "; ".join(g.text() for g in bench.goals if g.ratio == ratio)
+            lines.append(
+                f"| `{name}` | {cell(bench.ratios[ratio])} | {goals} | {measured(name, 'cpu', ratio)} | "
+                f"{measured(name, 'cuda', ratio)} |"
             )
-            goals = {g["ratio"]: g for g in record["goals"]}
-            for key, what in bench.ratios.items():
-                if key not in measured:
-                    continue
-                goal = goals.get(key)
-                verdict = "—" if goal is None else f"{goal['goal']}: **{'met' if goal['met'] else 'not met'}**"
-                table.append(f"| `{name}` | {cell(what)} | {measured[key]:.3g} | {verdict} | {cell(where)} |")
-        if not shown:
-            missing.append(name)
-    lines += table if len(table) > 2 else ["No benchmark record is stored yet."]
-    lines += ["", "## What each benchmark measures", ""]
+    for name, item in NOT_BUILT.items():
+        lines.append(f"| `{name}` | {cell(item['ratio'])} | {item['goal']} | not built | not built |")
+    if not any(records[(name, "cuda")] for name in BENCHMARKS):
+        lines += ["", "No benchmark has run on a GPU yet: `gradalign bench <name> --device cuda` stores its record."]
     for name, bench in BENCHMARKS.items():
-        seen = f" Its page: {page_link(bench.used_by, '../')}." if bench.used_by else ""
-        lines.append(f"- `{name}`: {bench.title}. {bench.notes}.{seen}")
-    for name, why in NOT_BUILT.items():
-        lines.append(f"- `{name}`: {why}")
-    if missing:
-        lines += ["", f"Not measured yet on any device: {', '.join(f'`{m}`' for m in missing)}."]
-    lines += [
-        "",
-        "No benchmark has run on a GPU yet: the GPU goals are not yet measured. `gradalign bench <name> --device "
-        "cuda` on a GPU machine stores the record beside the CPU one.",
-    ]
-    if any(store.path(name, "cuda").exists() for name in BENCHMARKS):
-        lines.pop()
+        page = f" Its page: {page_link(bench.used_by, '../')}." if bench.used_by else ""
+        lines += ["", f"## `{name}`", "", f"{bench.title[0].upper()}{bench.title[1:]}. {bench.notes}.{page}", ""]
+        lines += ["| ratio | CPU | GPU |", "| --- | --- | --- |"]
+        lines += [
+            f"| {cell(what)} | {measured(name, 'cpu', r)} | {measured(name, 'cuda', r)} |"
+            for r, what in bench.ratios.items()
+        ]
+        for kind in ("cpu", "cuda"):
+            record = records[(name, kind)]
+            if record is not None:
+                prov = record["provenance"]
+                lines += [
+                    "",
+                    f"{'CPU' if kind == 'cpu' else 'GPU'}: {hardware_text(prov['hardware'])}, torch {prov['torch']}, "
+                    f"{prov['date'][:10]}, commit `{commit_of(record)}`, {prov['wall_time_s']:.0f} s.",
+                ]
+    for name, item in NOT_BUILT.items():
+        lines += ["", f"## `{name}`", "", f"{item['ratio']}; goal {item['goal']}: {item['why']}."]
     return "\n".join(lines) + "\n"
 
 
