@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from gradalign.benchmarks.records import BenchStore, Goal, goal_rows, run_benchmark
+from gradalign.bench import BenchStore, run_benchmark
+from gradalign.benchmarks.records import Goal, goal_rows
 from gradalign.benchmarks.registry import BENCHMARKS
 from gradalign.cli import main
 

@@ -33,6 +33,8 @@ LAYERS = [
         "registry",
         "elements",
         "runcache",
+        "run_unit",
+        "record_text",
         "__init__",
     ),
     ("data",),
@@ -42,7 +44,7 @@ LAYERS = [
     ("training",),
     ("benchmarks",),
     ("experiments",),
-    ("results", "runner", "comparison", "report", "pages"),
+    ("results", "runner", "comparison", "report", "pages", "bench", "sweep"),
     ("plotting", "notebook", "book", "book_static", "cli", "__main__"),
 ]
 

@@ -165,7 +165,7 @@ def _dotted(values: dict, prefix: str = "") -> dict:
 
 def cmd_bench(args) -> int:
     """Without a name: every benchmark and what is stored. With one: measure it, store its record, print it."""
-    from gradalign.benchmarks.records import BenchStore, run_benchmark
+    from gradalign.bench import BenchStore, run_benchmark
     from gradalign.benchmarks.registry import BENCHMARKS, NOT_BUILT
     from gradalign.results import ResultStore
     from gradalign.runtime import check_device, threads_from_env

@@ -155,7 +155,7 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
 def performance_markdown(results_root: Path | None = None) -> str:
     """The stored benchmark records (`gradalign bench`): first the project's goals against what was measured, then
     each benchmark with every ratio it reports, on CPU and GPU, and the hardware it was measured on."""
-    from gradalign.benchmarks.records import BenchStore
+    from gradalign.bench import BenchStore
     from gradalign.benchmarks.registry import BENCHMARKS, NOT_BUILT
 
     store = BenchStore(results_root)

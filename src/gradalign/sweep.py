@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gradalign.errors import ConfigError
-from gradalign.experiments.units import Unit, units_of
+from gradalign.experiments.units import units_of
+from gradalign.run_unit import Unit
 from gradalign.runcache import cached_run
 
 EXECUTORS = ("local", "slurm")

@@ -11,40 +11,19 @@ a sweep stores exactly what the experiment reads.
 functools.partial of one over picklable values (configs are frozen dataclasses), not a closure over a
 device or an open file.
 
-This module imports no experiment at load time: the experiment modules import `Unit` from it, and the
-registry below reaches them only when it is called.
+`Unit` itself lives in `gradalign.run_unit`, beside the run cache, so that the experiment modules that build
+units and this registry, which reaches them only when it is called, import in one direction.
 """
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Callable
 
-from gradalign.atomic import dumps_strict
 from gradalign.config import Config
 from gradalign.errors import ConfigError
-from gradalign.runcache import cached_run, run_key
-
-
-@dataclass(frozen=True)
-class Unit:
-    label: str  # what a person reads in a sweep's report: "trial 3 (seed 3)"
-    kind: str
-    spec: dict
-    version: int
-    compute: Callable[[Path], object]  # checkpoint path -> value, as cached_run calls it
-
-    @property
-    def key(self) -> str:
-        """The run-cache key of its entry (the spec as the entry stores it: tuples become lists)."""
-        return run_key(self.kind, json.loads(dumps_strict(self.spec)), self.version)
-
-    def run(self, root: Path | None = None) -> Any:
-        """Its stored value, else computed and stored: `cached_run` with this unit's arguments."""
-        return cached_run(self.kind, self.spec, self.version, self.compute, root)
+from gradalign.run_unit import Unit
 
 
 def _shells_trials(cfg: Config) -> list[Unit]:

@@ -16,7 +16,7 @@ import torch
 
 from gradalign.config import Config, require
 from gradalign.experiments.base import check, Experiment, outcome, plural, same_as_cpu, scale_text
-from gradalign.experiments.units import Unit
+from gradalign.run_unit import Unit
 from gradalign.training.shells import ShellsTrialSettings
 
 NOTEBOOK = "notebooks/lga/03_synthetic_shells.ipynb"

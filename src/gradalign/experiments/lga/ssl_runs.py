@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from gradalign.config import Config, require
-from gradalign.experiments.units import Unit
+from gradalign.run_unit import Unit
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
 from gradalign.training.protocols import FAMILIES, OliverProtocol
 
