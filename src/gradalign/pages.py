@@ -17,6 +17,7 @@ from gradalign.data.image_sets import IMAGE_SETS
 from gradalign.elements import ELEMENTS, PARTS
 from gradalign.environment import project_root
 from gradalign.experiments import EXPERIMENTS
+from gradalign.experiments.units import UNITS
 from gradalign.papers import PAPERS
 from gradalign.report import (
     NOT_BUILT,
@@ -277,6 +278,17 @@ def how_to_run_markdown() -> str:
         "accelerator when one is present:",
         "",
         ", ".join(f"`{e}`" for e, exp in EXPERIMENTS.items() if exp.uses_accelerator) + ".",
+        "",
+        "## Beyond one machine",
+        "",
+        "`gradalign sweep <id>` submits each training run (unit) of an experiment that the run cache lacks as a "
+        "job of its own through submitit: subprocesses here (`--executor local`), a Slurm job array on a cluster "
+        "(`--executor slurm`, with `--partition`, `--gpus-per-node`, `--timeout-min`; the run cache and the job "
+        "folder must be on a shared file system). A rerun submits only what is still missing; `gradalign run "
+        "<id>` then assembles the record from the cache. Experiments with units: "
+        + ", ".join(f"`{e}`" for e in UNITS)
+        + ". Data-parallel training on several GPUs (`training.distributed`, under `torchrun`) is built and "
+        "tested on the CPU; the ImageNet presets do not use it yet.",
         "",
         "## Data sets",
         "",
