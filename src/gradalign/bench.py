@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, write_json_atomically
@@ -22,26 +21,6 @@ from gradalign.results import ResultStore
 SCHEMA = 1
 
 
-@dataclass
-class BenchRecord:
-    name: str
-    device_kind: str
-    measurement: dict
-    provenance: dict
-    goals: list[dict] = field(default_factory=list)  # {"ratio", "goal", "measured", "met"}
-
-    def to_json(self) -> dict:
-        document = {
-            "schema": SCHEMA,
-            "name": self.name,
-            "device_kind": self.device_kind,
-            "measurement": self.measurement,
-            "goals": self.goals,
-            "provenance": self.provenance,
-        }
-        return {**document, "digest": content_digest(document)}
-
-
 class BenchStore:
     """`<root>/bench/<name>/<device kind>.json`; root = the results store's root."""
 
@@ -51,8 +30,8 @@ class BenchStore:
     def path(self, name: str, device_kind: str) -> Path:
         return self.root / name / f"{device_kind}.json"
 
-    def save(self, record: BenchRecord) -> Path:
-        return write_json_atomically(self.path(record.name, record.device_kind), record.to_json())
+    def save(self, record: dict) -> Path:
+        return write_json_atomically(self.path(record["name"], record["device_kind"]), record)
 
     def load(self, name: str, device_kind: str) -> dict | None:
         """The stored record, or None when there is none; an unusable file is reported and treated as missing."""
@@ -90,9 +69,16 @@ def run_benchmark(name: str, device: str = "auto", quick: bool = False, root: st
     start = time.perf_counter()
     measurement = bench.measure(dev, quick)
     wall = time.perf_counter() - start
-    kind = dev.type
-    prov = {**provenance(dev, [0], wall), "quick": quick, "code": code_fingerprint(bench.measure.__module__)}
-    record = BenchRecord(name, kind, measurement, prov, goal_rows(bench, measurement, kind))
+    provenance_ = {**provenance(dev, [0], wall), "quick": quick, "code": code_fingerprint(bench.measure.__module__)}
+    document = {
+        "schema": SCHEMA,
+        "name": name,
+        "device_kind": dev.type,
+        "measurement": measurement,
+        "goals": goal_rows(bench, measurement, dev.type),  # {"ratio", "goal", "measured", "met"} each
+        "provenance": provenance_,
+    }
+    record = {**document, "digest": content_digest(document)}
     if not quick:
         BenchStore(root).save(record)
-    return record.to_json()
+    return record
