@@ -7,12 +7,9 @@ assembles the record from the cache without training. The experiment modules bui
 (`shells.trial_unit`, `ssl_runs.run_unit`) and read them through `Unit.run`, so each spec is written once:
 a sweep stores exactly what the experiment reads.
 
-`compute` must pickle, since a job receives it through cloudpickle: a module-level function, or a
-functools.partial of one over picklable values (configs are frozen dataclasses), not a closure over a
-device or an open file.
-
-`Unit` itself lives in `gradalign.run_unit`, beside the run cache, so that the experiment modules that build
-units and this registry, which reaches them only when it is called, import in one direction.
+`Unit` (whose `compute` must pickle: see there) lives in `gradalign.run_unit`, beside the run cache, so that
+the experiment modules that build units and this registry, which reaches them only when it is called, import
+in one direction.
 """
 
 from __future__ import annotations
