@@ -35,6 +35,7 @@ LAYERS = [
         "runcache",
         "run_unit",
         "record_text",
+        "timebox",
         "__init__",
     ),
     ("data",),

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from gradalign.errors import ConfigError, GradalignError
+from gradalign.timebox import TimeBoxSpent
 
 
 def cmd_list(args) -> int:
@@ -41,10 +42,12 @@ def cmd_run(args) -> int:
     from gradalign.experiments import get
     from gradalign.results import ResultStore
     from gradalign.runtime import check_device, threads_from_env
+    from gradalign.timebox import check_minutes, time_box
 
     threads_from_env()
     check_device(args.device)
     check_preset(args.preset, allow_auto=True)
+    check_minutes(args.time_limit)
     overrides = dict(parse_override(text) for text in args.set)
     exp = get(args.id)
     store = ResultStore(args.results) if args.results else ResultStore()
@@ -55,11 +58,12 @@ def cmd_run(args) -> int:
     stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)
     if stored is None:
         _check_writable(store.root)
-    record = (
-        stored
-        if stored is not None
-        else runner.run(args.id, preset, overrides, force=args.force, store=store, device=args.device)
-    )
+    with time_box(args.time_limit):
+        record = (
+            stored
+            if stored is not None
+            else runner.run(args.id, preset, overrides, force=args.force, store=store, device=args.device)
+        )
     _print_record(record, store, loaded=stored is not None)
     _print_device_notes(exp, record, args.device, loaded=stored is not None)
     return 0
@@ -268,6 +272,13 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the resolved config (every dotted name --set accepts) and exit without computing",
     )
+    r.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="MINUTES",
+        help="stop cleanly after about this long, the work done stored and the current run checkpointed; the same "
+        "command resumes (exit status 3 while unfinished)",
+    )
     r.set_defaults(func=cmd_run)
     be = sub.add_parser("bench", help="measure a benchmark and store its record (no name: list them)")
     be.add_argument("name", nargs="?", help="benchmark name (see `gradalign bench`)")
@@ -296,7 +307,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status: 0 done, 1 a data set is missing (`data`), 2 bad input (one line on stderr)."""
+    """Exit status: 0 done, 1 a data set is missing (`data`), 2 bad input (one line on stderr), 3 stopped by
+    `run --time-limit` before the end (the same command resumes)."""
     try:
         try:
             args = parser().parse_args(argv)
@@ -305,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
         status = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at interpreter exit
         return status
+    except TimeBoxSpent as stop:
+        print(f"gradalign: stopped: {_one_line(str(stop))}", file=sys.stderr)
+        return 3
     except GradalignError as err:
         print(f"gradalign: error: {_one_line(str(err))}", file=sys.stderr)
         return 2

@@ -126,13 +126,15 @@ def vat_perturbation(
     example; each power iteration: r = xi·d, g = ∇_r KL(p_clean ‖ p(x + r)), d = normalise(g).
     clean_logits are detached; passes run inside `frozen_bn_stats`. `augment`, if given, is applied
     to each perturbed input before the model: Oliver et al. augment inside the network, afresh at
-    every pass, VAT's passes included.
+    every pass, VAT's passes included. The power iteration runs in float32 even inside a bf16 autocast
+    (`training.fast`): an r of norm ξ = 1e-6 is far below bfloat16's resolution of x + r.
     """
     _check_vat(x, clean_logits, eps, xi, power_iterations)
     target = clean_logits.detach()
     x = x.detach()
     d = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-    with torch.enable_grad(), frozen_bn_stats(model):
+    full_precision = torch.autocast(device_type=x.device.type, enabled=False)
+    with torch.enable_grad(), frozen_bn_stats(model), full_precision:
         for _ in range(power_iterations):
             r = (xi * _normalize(d)).requires_grad_()
             divergence = kl_divergence(target, _forward(model, x + r, augment)).sum()

@@ -5,12 +5,14 @@ where it keeps state beyond the model (Mean Teacher's EMA teacher, LGA's imputed
 The protocol (`training.protocols`) gives the optimizer, the learning-rate schedule and the ramp.
 Every step draws B_ℓ labeled and B_u unlabeled images; augmentation is resampled at every pass from one
 seeded generator; model selection on the validation split (test metrics of the best validation error).
+Data and augmentation stay on the training device; `fast` (`training.fast`) adds bf16 autocast, channels-last
+and `torch.compile` to the step, all off by default (the fp32 eager reference).
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -18,6 +20,7 @@ import torch
 
 from gradalign.data.ssl_data import SSLData
 from gradalign.errors import ConfigError
+from gradalign.timebox import TimeBoxSpent, raise_if_spent, seconds_left
 from gradalign.methods.lga_ssl import LGABenchmarkSettings, lga_init, lga_ssl_step, lga_vat_step
 from gradalign.methods.mean_teacher import MeanTeacherSettings, mean_teacher_init, mean_teacher_step
 from gradalign.methods.pi_model import PiModelSettings, pi_model_step
@@ -28,6 +31,7 @@ from gradalign.params import set_lr, trainable
 from gradalign.training import loop
 from gradalign.training.checkpoint import data_digest, fingerprint
 from gradalign.training.evaluate import classification_metrics
+from gradalign.training.fast import REFERENCE, FastPath, autocast, prepare_model
 from gradalign.training.protocols import OliverProtocol
 from gradalign.training.streams import IndexStream
 
@@ -38,6 +42,7 @@ class SSLMethod:
     settings: type
     step: Callable  # (run, ramp, x_l, y_l, x_u, idx_u) -> diagnostics
     init: Callable | None = None  # (model, settings, n_unlabeled, classes) -> (state, optimizer or None)
+    compiles: bool = True  # False: the step differentiates with torch.func transforms (no torch.compile)
 
 
 METHODS: dict[str, SSLMethod] = {
@@ -47,8 +52,8 @@ METHODS: dict[str, SSLMethod] = {
     "mean_teacher": SSLMethod("Mean Teacher", MeanTeacherSettings, mean_teacher_step, mean_teacher_init),
     "vat": SSLMethod("VAT", VATSettings, vat_step),
     "vat_entmin": SSLMethod("VAT + EntMin", VATSettings, vat_step),
-    "lga": SSLMethod("LGA", LGABenchmarkSettings, lga_ssl_step, lga_init),
-    "lga_vat": SSLMethod("LGA + VAT", LGABenchmarkSettings, lga_vat_step, lga_init),
+    "lga": SSLMethod("LGA", LGABenchmarkSettings, lga_ssl_step, lga_init, compiles=False),
+    "lga_vat": SSLMethod("LGA + VAT", LGABenchmarkSettings, lga_vat_step, lga_init, compiles=False),
 }
 TITLES = {name: m.title for name, m in METHODS.items()}
 
@@ -71,6 +76,7 @@ class SSLRun:
         data: SSLData,
         seed: int,
         augment: Callable | None = None,
+        fast: FastPath = REFERENCE,
     ):
         self.name, self.method, self.model, self.settings, self.protocol, self.data = (
             name,
@@ -82,6 +88,13 @@ class SSLRun:
         )
         if not isinstance(settings, self.method.settings):
             raise ConfigError(f"{name} takes {self.method.settings.__name__}; got {type(settings).__name__}")
+        if fast.compile and not self.method.compiles:
+            raise ConfigError(
+                f"{name}'s step uses torch.func transforms, which torch.compile does not take: "
+                "set fast.compile to false"
+            )
+        self.fast = fast
+        prepare_model(model, replace(fast, compile=False))
         self.generator = torch.Generator(device=data.x_labeled.device).manual_seed(seed)  # augmentation
         self._augment = augment or data.augment
         self.extra, optimizer = (
@@ -90,6 +103,8 @@ class SSLRun:
             else (None, None)
         )
         self.optimizer = optimizer or protocol.optimizer(trainable(model).values(), settings.lr)
+        if fast.compile:  # after `init`: a teacher deep-copied from a compiled model would call the student
+            model.compile()
         self.labeled = IndexStream(len(data.x_labeled), protocol.batch_labeled, seed)
         self.unlabeled = IndexStream(len(data.x_unlabeled), protocol.batch_unlabeled, seed + 1)
 
@@ -101,9 +116,10 @@ class SSLRun:
         d = self.data
         i_l, i_u = self.labeled.next().to(d.x_labeled.device), self.unlabeled.next().to(d.x_labeled.device)
         set_lr(self.optimizer, self.settings.lr * self.protocol.lr_factor(t))
-        return self.method.step(
-            self, self.protocol.ramp(t), d.x_labeled[i_l], d.y_labeled[i_l], d.x_unlabeled[i_u], i_u
-        )
+        with autocast(self.fast, d.x_labeled.device):
+            return self.method.step(
+                self, self.protocol.ramp(t), d.x_labeled[i_l], d.y_labeled[i_l], d.x_unlabeled[i_u], i_u
+            )
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict[str, float]:
         val_error, val_loss = classification_metrics(self.model, self.data.x_val, self.data.y_val)
@@ -137,26 +153,30 @@ def train_ssl(
     data: SSLData,
     seed: int,
     checkpoint: Path | str | None = None,
+    fast: FastPath = REFERENCE,
 ) -> dict:
     """Train `model` in place with method `name`; the history and the test metrics at the best validation error.
 
     `checkpoint`: written atomically at every evaluation (or every `protocol.checkpoint_every` steps) and
-    resumed from when present; resuming is bit-identical on CPU.
+    resumed from when present; resuming is bit-identical on CPU. Inside a command's time box (`timebox`) the
+    run stops after the evaluation where the box would overrun, checkpointed, and raises `TimeBoxSpent`.
     """
     if len(data.x_labeled) < protocol.batch_labeled or len(data.x_unlabeled) < protocol.batch_unlabeled:
         raise ConfigError(
             f"batches of {protocol.batch_labeled} labeled / {protocol.batch_unlabeled} unlabeled "
             f"need at least as many images; have {len(data.x_labeled)} / {len(data.x_unlabeled)}"
         )
+    raise_if_spent(f"{TITLES[name]} (seed {seed}) could begin")
     torch.manual_seed(seed)
     model.train()
-    run = SSLRun(name, model, settings, protocol, data, seed)
+    run = SSLRun(name, model, settings, protocol, data, seed, fast=fast)
     spec = {
         "method": name,
         "settings": asdict(settings),
         "protocol": asdict(protocol),
         "seed": seed,
         "data": data_digest(data.x_labeled, data.y_labeled, data.x_unlabeled, data.x_val, data.x_test),
+        **({"fast": fast.to_dict()} if fast.on else {}),  # the fp32 eager path keeps its earlier fingerprint
     }
     out = loop.train(
         run,
@@ -169,7 +189,13 @@ def train_ssl(
         select="val_error",
         model=model,
         map_location=data.x_labeled.device,
+        time_limit_s=seconds_left(),
     )
+    if not out.complete:
+        raise TimeBoxSpent(
+            f"time box: {TITLES[name]} (seed {seed}) stopped after step {out.steps_done} of {protocol.steps}"
+            + (", checkpointed; run the same command again to resume" if checkpoint is not None else "")
+        )
     final_error, final_loss = classification_metrics(model, data.x_test, data.y_test)
     final_state = copy.deepcopy(model.state_dict())
     model.load_state_dict(out.best["state"])

@@ -16,6 +16,8 @@ import torch
 from gradalign.config import Config, require
 from gradalign.run_unit import Unit
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
+from gradalign.runtime import select_device
+from gradalign.training.fast import fast_path_for
 from gradalign.training.protocols import FAMILIES, OliverProtocol
 
 RUN_VERSION = 1
@@ -159,8 +161,11 @@ def run_unit(
     cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_labeled: int, seed: int, device=None
 ) -> Unit:
     """One training run as a run-cache unit: what `ssl_run` reads back, and what `gradalign sweep` computes as a
-    job of its own. `device`: where it trains; None: chosen where it runs (CUDA when the job sees a GPU)."""
+    job of its own. `device`: where it trains; None: chosen where it runs (CUDA when the job sees a GPU).
+    The fast path (`training.fast.fast_path_for`) is fixed here, from `device` (None: this machine's default
+    device), and named in the key when it is on: an fp32 and a bf16 run are different entries."""
     settings = method_settings(cfg, method, family)
+    fast = fast_path_for(device if device is not None else select_device())
     spec = {
         "dataset": dataset,
         "method": method,
@@ -173,18 +178,27 @@ def run_unit(
         "n_validation": cfg.n_validation,
         "n_pool": cfg.n_pool,
         "n_test": cfg.n_test,
+        **({"fast": fast.to_dict()} if fast.on else {}),  # fp32 eager runs keep their earlier keys
     }
     label = f"{dataset} {method} ({family} settings), {n_labeled} labels, seed {seed}"
-    train = functools.partial(_train, cfg, dataset, family, method, n_labeled, seed, settings, device)
+    train = functools.partial(_train, cfg, dataset, family, method, n_labeled, seed, settings, device, fast)
     return Unit(label, "lga.ssl", spec, RUN_VERSION, train)
 
 
 def _train(
-    cfg: SSLBenchConfig, dataset: str, family: str, method: str, n_labeled: int, seed: int, settings, device, checkpoint
+    cfg: SSLBenchConfig,
+    dataset: str,
+    family: str,
+    method: str,
+    n_labeled: int,
+    seed: int,
+    settings,
+    device,
+    fast,
+    checkpoint,
 ) -> dict:
     """The run itself, resuming from `checkpoint` (a module-level function: a sweep's job receives it pickled)."""
     from gradalign.data.image_sets import image_set_info
-    from gradalign.runtime import select_device
     from gradalign.training.ssl import train_ssl
 
     device = select_device() if device is None else device
@@ -192,7 +206,8 @@ def _train(
     info = image_set_info(dataset)
     torch.manual_seed(seed)
     model = _model(cfg, info.num_classes, info.channels).to(device)
-    out = train_ssl(model, method, settings, cfg.protocol, data, seed, checkpoint=checkpoint)
+    out = train_ssl(model, method, settings, cfg.protocol, data, seed, checkpoint=checkpoint, fast=fast)
+    out["fast_path"] = fast.text()
     out.update(family=family, dataset=dataset, labels=n_labeled, data=data.description)
     return out
 
