@@ -134,11 +134,11 @@ def test_recipes_schedules():
 
 
 @pytest.mark.parametrize("element_id", ["sgr.tab2", "sgr.tab5"])
-def test_paper_preset_is_validated_and_refused_before_compute(element_id):
+def test_paper_preset_without_the_imagenet_files_is_refused_before_compute(element_id, tmp_path):
     exp = EXPERIMENTS[element_id]
-    cfg = exp.resolve("paper")
+    cfg = exp.resolve("paper", {"data_root": str(tmp_path)})
     assert cfg.steps == 0 and cfg.gpus == 8 and cfg.image_size == 224
-    with pytest.raises(NotRunHereError, match="is not run here"):
+    with pytest.raises(NotRunHereError, match=f"is not run here.*{tmp_path}.*torchrun --nproc-per-node 8"):
         exp.run(cfg, "cpu")
 
 
@@ -148,13 +148,52 @@ def test_paper_preset_is_validated_and_refused_before_compute(element_id):
         ({"rows": [["alexnet", "sgr", 2, 1.0]]}, "must be (network in"),
         ({"rows": [["resnet50", "sgr", 1, 1.0]]}, "K = 1 exactly for global_bp"),
         ({"rows": [["resnet50", "global_bp", 2, 0.0]]}, "K = 1 exactly for global_bp"),
-        ({"steps": 2}, "must be 0 exactly when steps is 0"),
+        ({"steps": 2}, "must be >= 2 when steps > 0"),
+        ({"epochs": -1}, "must be >= 0"),
         ({"image_size": 40}, "multiple of 16"),
     ],
 )
 def test_bad_rows_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         EXPERIMENTS["sgr.tab5"].resolve("paper", overrides)
+
+
+def _trained(network, method, error, k=4, lam=1000.0):
+    return {"network": network, "method": method, "K": k, "lambda": lam, "top1_error": error}
+
+
+def test_imagenet_rows_learn_fails_for_a_row_at_chance_or_nan():
+    from gradalign.experiments.sgr.imagenet import imagenet_checks
+
+    def learn(*errors):
+        return imagenet_checks([_trained("resnet18", "sgr", e) for e in errors], 1000, "sgr.tab2")["rows_learn"]
+
+    assert learn(40.0)["passed"] and not learn(40.0, 99.95)["passed"] and not learn(math.nan)["passed"]
+
+
+def test_table2_claim_needs_most_lambdas_a_point_above_layerwise():
+    from gradalign.experiments.sgr.imagenet import imagenet_checks
+
+    def claim(*sgr_errors):
+        rows = [_trained("resnet18", "layerwise", 35.0), *(_trained("resnet18", "sgr", e) for e in sgr_errors)]
+        return imagenet_checks(rows, 1000, "sgr.tab2")["sgr_beats_layerwise_by_1"]["passed"]
+
+    assert claim(33.5, 33.9, 34.5) and not claim(33.5, 34.5, 34.8)
+    assert not imagenet_checks([_trained("resnet18", "sgr", 30.0)], 1000, "sgr.tab2")["sgr_beats_layerwise_by_1"][
+        "passed"
+    ]
+
+
+def test_table5_claim_needs_transformers_within_1_5_points_of_bp():
+    from gradalign.experiments.sgr.imagenet import imagenet_checks
+
+    def claim(vit_sgr):
+        rows = [_trained("vit_small", "global_bp", 20.0, 1, 0.0), _trained("vit_small", "sgr", vit_sgr, 3)]
+        return imagenet_checks(rows, 1000, "sgr.tab5")["transformers_within_1_5_of_bp"]["passed"]
+
+    assert claim(21.4) and not claim(21.6)
+    rows = [_trained("resnet50", "global_bp", 24.0, 1, 0.0), _trained("resnet50", "sgr", 24.5, 3)]
+    assert not imagenet_checks(rows, 1000, "sgr.tab5")["transformers_within_1_5_of_bp"]["passed"]  # no Transformer
 
 
 def _row(gap=0.0, losses=(2.3, 2.2)):

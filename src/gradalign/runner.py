@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any
 
@@ -55,7 +56,8 @@ def run(
         **result,
         "provenance": {**provenance(dev, [cfg.seed], wall), "code": code_fingerprint(exp.run.__module__)},
     }
-    store.save(record)
+    if os.environ.get("RANK", "").strip() in ("", "0"):  # under torchrun every rank computes; rank 0 stores
+        store.save(record)
     return record
 
 

@@ -185,6 +185,27 @@ def data_parallel(model: torch.nn.Module, context: DistributedContext) -> torch.
     return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
 
 
+def average_gradients_before_step(optimizer: torch.optim.Optimizer, context: DistributedContext) -> None:
+    """Make `optimizer.step()` first replace each of its parameters' gradients by their mean over the ranks: DDP's
+    average, for methods that step several optimizers after several backward passes (local learning), which
+    DDP's one-backward hook does not serve. One all-reduce of the flattened gradients per step; nothing in a
+    world of one. Every rank must hold gradients for the same parameters (the same model and method)."""
+    if context.world_size == 1:
+        return
+
+    def average(opt, args, kwargs) -> None:
+        grads = [p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        flat /= context.world_size
+        for g, mean in zip(grads, flat.split([g.numel() for g in grads])):
+            g.copy_(mean.view_as(g))
+
+    optimizer.register_step_pre_hook(average)
+
+
 def scratch_checkpoint(path: Path, rank: int) -> Path:
     """Where rank `rank` > 0 lets the loop write: a private file beside rank 0's, deleted after training."""
     return path.with_name(f"{path.name}.rank{rank}")
