@@ -11,7 +11,8 @@ import torch
 from gradalign.analysis.activation_memory import set_boundaries, unit_costs
 from gradalign.errors import ConfigError, NotRunHereError
 from gradalign.experiments import EXPERIMENTS
-from gradalign.experiments.sgr.imagenet import RECIPES, lr_at, smoke_checks
+from gradalign.experiments.sgr.imagenet import smoke_checks
+from gradalign.experiments.sgr.imagenet_recipes import RECIPES, lr_at
 from gradalign.experiments.sgr.memory import transformer_check
 from gradalign.models.imagenet import (
     IMAGENET_NETWORKS,
@@ -163,7 +164,7 @@ def _trained(network, method, error, k=4, lam=1000.0):
 
 
 def test_imagenet_rows_learn_fails_for_a_row_at_chance_or_nan():
-    from gradalign.experiments.sgr.imagenet import imagenet_checks
+    from gradalign.experiments.sgr.imagenet_rows import imagenet_checks
 
     def learn(*errors):
         return imagenet_checks([_trained("resnet18", "sgr", e) for e in errors], 1000, "sgr.tab2")["rows_learn"]
@@ -172,7 +173,7 @@ def test_imagenet_rows_learn_fails_for_a_row_at_chance_or_nan():
 
 
 def test_table2_claim_needs_most_lambdas_a_point_above_layerwise():
-    from gradalign.experiments.sgr.imagenet import imagenet_checks
+    from gradalign.experiments.sgr.imagenet_rows import imagenet_checks
 
     def claim(*sgr_errors):
         rows = [_trained("resnet18", "layerwise", 35.0), *(_trained("resnet18", "sgr", e) for e in sgr_errors)]
@@ -185,7 +186,7 @@ def test_table2_claim_needs_most_lambdas_a_point_above_layerwise():
 
 
 def test_table5_claim_needs_transformers_within_1_5_points_of_bp():
-    from gradalign.experiments.sgr.imagenet import imagenet_checks
+    from gradalign.experiments.sgr.imagenet_rows import imagenet_checks
 
     def claim(vit_sgr):
         rows = [_trained("vit_small", "global_bp", 20.0, 1, 0.0), _trained("vit_small", "sgr", vit_sgr, 3)]
