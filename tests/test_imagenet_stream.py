@@ -144,6 +144,19 @@ def test_averaged_gradients_give_every_rank_the_full_batch_step(tmp_path):
         torch.testing.assert_close(ranks[0][key], value, rtol=1e-6, atol=1e-7)  # and take one process's step
 
 
+def run_under_torchrun(element_id: str, settings: dict, tmp_path: Path) -> tuple[dict, Path]:
+    """`gradalign run <element_id> --preset paper` with `settings`, two gloo processes; the one record, the cache."""
+    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    env = {"OMP_NUM_THREADS": "1", "GRADALIGN_PROGRESS": "0", "GRADALIGN_CACHE": str(cache)}
+    done = torchrun(["-m", "gradalign", "run", element_id, "--preset", "paper", *sets, "--results", str(results)], env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = list(results.rglob("*.json"))
+    assert len(records) == 1  # rank 0 alone stores it
+    assert not list(cache.rglob("*.pt*"))  # no checkpoint or scratch copy left behind
+    return json.loads(records[0].read_text()), cache / "runs"
+
+
 def test_a_table_row_trains_under_torchrun_cached_and_recorded_once(imagenet, tmp_path):
     settings = {
         "rows": [["resnet18", "sgr", 4, 1000.0]],
@@ -154,18 +167,44 @@ def test_a_table_row_trains_under_torchrun_cached_and_recorded_once(imagenet, tm
         "epochs": 2,
         "workers": 0,
     }
-    sets = [arg for key, value in settings.items() for arg in ("--set", f"{key}={json.dumps(value)}")]
-    results, cache = tmp_path / "results", tmp_path / "cache"
-    env = {"OMP_NUM_THREADS": "1", "GRADALIGN_PROGRESS": "0", "GRADALIGN_CACHE": str(cache)}
-    done = torchrun(["-m", "gradalign", "run", "sgr.tab2", "--preset", "paper", *sets, "--results", str(results)], env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    records = list(results.rglob("*.json"))
-    assert len(records) == 1
-    record = json.loads(records[0].read_text())
+    record, runs = run_under_torchrun("sgr.tab2", settings, tmp_path)
     (row,) = record["metrics"]["rows"]
     assert row["world_size"] == 2 and row["global_batch"] == 4 and row["history"]["step"] == [4, 8]
     assert record["scope"] == "reduced" and record["checks"]["rows_learn"]["passed"]
     assert record["checks"]["sgr_beats_layerwise_by_1"]["value"] == "no layer-wise and SGR rows to compare"
     assert record["verdict"]["status"] == "not reproduced at reduced scale"  # one row cannot show Table 2's claim
-    assert len(list((cache / "runs" / "sgr.imagenet").glob("*.json"))) == 1
-    assert not list(cache.rglob("*.pt*"))  # no checkpoint or scratch copy left behind
+    assert len(list((runs / "sgr.imagenet").glob("*.json"))) == 1
+
+
+def test_table3_columns_train_under_torchrun(imagenet, tmp_path):
+    settings = {
+        "data_root": str(imagenet),
+        "classes": 2,
+        "image_size": SIZE,
+        "gpus": 2,
+        "batch_per_gpu": 4,  # at 2 images per rank (one process at batch 2 too) meta + mixup reached NaN by step 4
+        "label_fraction": 0.5,
+        "epochs": 3,
+        "warmup_epochs": 1,
+        "workers": 0,
+    }
+    record, runs = run_under_torchrun("metagrad.tab3", settings, tmp_path)
+    columns = record["metrics"]["columns"]
+    assert set(columns) == {"labeled_only", "meta_mixup"} and record["scope"] == "reduced"
+    for column in columns.values():  # 8 labeled images in global batches of 8: 1 step an epoch
+        assert column["labeled"] == 8 and column["unlabeled"] == 8 and column["history"]["step"] == [1, 2, 3]
+        assert 0 <= column["top5_error"] <= column["top1_error"] <= 100
+    assert "method_beats_labeled_only" in record["checks"]
+    assert len(list((runs / "metagrad.imagenet").glob("*.json"))) == 2
+
+
+def test_class_balanced_split_is_disjoint_and_balanced():
+    from gradalign.data.imagenet_folder import class_balanced_split
+
+    targets = [0] * 10 + [1] * 20
+    labeled, unlabeled = class_balanced_split(targets, 0.1, seed=0)
+    assert [targets[i] for i in labeled].count(0) == 1 and [targets[i] for i in labeled].count(1) == 2
+    assert sorted(labeled + unlabeled) == list(range(30))
+    assert class_balanced_split(targets, 0.1, seed=0) == (labeled, unlabeled)
+    with pytest.raises(ConfigError, match="labeled fraction"):
+        class_balanced_split(targets, 1.0, seed=0)

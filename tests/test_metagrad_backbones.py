@@ -103,12 +103,20 @@ def test_table3_is_refused_before_any_compute_with_what_it_needs(tmp_path):
     exp = EXPERIMENTS["metagrad.tab3"]
     cfg = exp.resolve("paper")
     assert cfg.batch == 512 and cfg.epochs == 600 and cfg.label_fraction == 0.1
-    with pytest.raises(NotRunHereError, match="8 GPUs") as err:
-        runner.run("metagrad.tab3", "paper", store=ResultStore(tmp_path))
-    assert "\n" not in str(err.value) and not any(tmp_path.iterdir())
+    empty = tmp_path / "no-imagenet"
+    empty.mkdir()
+    store = tmp_path / "results"
+    with pytest.raises(NotRunHereError, match=f"ILSVRC-2012 images at {empty}.*torchrun --nproc-per-node 8") as err:
+        runner.run("metagrad.tab3", "paper", {"data_root": str(empty)}, store=ResultStore(store))
+    assert "\n" not in str(err.value) and not store.exists()
     with pytest.raises(ConfigError, match="preset 'cpu' is not defined"):
         exp.resolve("cpu")
-    for override, field in (({"crop_area": [0.5, 0.1]}, "crop_area"), ({"warmup_epochs": 600}, "warmup_epochs")):
+    for override, field in (
+        ({"crop_area": [0.5, 0.1]}, "crop_area"),
+        ({"warmup_epochs": 600}, "warmup_epochs"),
+        ({"variants": ["ours"]}, "variants"),
+        ({"classes": 1}, "classes"),
+    ):
         with pytest.raises(ConfigError, match=field):
             exp.resolve("paper", override)
 

@@ -30,8 +30,15 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 """ImageNet's per-channel mean and std (torchvision's pretrained-model convention)."""
 
 
-def imagenet_split(root: str | Path, split: str, size: int):
-    """torchvision ImageFolder of `<root>/<split>` with the split's transform; DataNotFoundError when absent."""
+def imagenet_split(
+    root: str | Path,
+    split: str,
+    size: int,
+    crop_scale: tuple[float, float] = (0.08, 1.0),
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+):
+    """torchvision ImageFolder of `<root>/<split>` with the split's transform (`crop_scale`, `crop_ratio`: the
+    training crop's area fraction and aspect ratio); DataNotFoundError when the folder is absent."""
     from gradalign.vision import import_torchvision
 
     if split not in ("train", "val"):
@@ -44,7 +51,7 @@ def imagenet_split(root: str | Path, split: str, size: int):
         )
     transforms = import_torchvision().transforms
     if split == "train":
-        steps = [transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip()]
+        steps = [transforms.RandomResizedCrop(size, crop_scale, crop_ratio), transforms.RandomHorizontalFlip()]
     else:
         steps = [transforms.Resize(round(size * 8 / 7)), transforms.CenterCrop(size)]
     transform = transforms.Compose([*steps, transforms.ToTensor(), transforms.Normalize(MEAN, STD)])
@@ -119,6 +126,23 @@ class RankStream:
     def load_state_dict(self, state: dict) -> None:
         self.epoch, self.delivered = int(state["epoch"]), int(state["delivered"])
         self._batches = None  # the next batch comes from a loader that starts at the restored place
+
+
+def class_balanced_split(targets: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
+    """(labeled, unlabeled) indices: `fraction` of each class's images (rounded, at least one) drawn with `seed`,
+    the rest unlabeled; disjoint, as SemiMeta's code splits (PROTOCOLS.md)."""
+    if not 0 < fraction < 1:
+        raise ConfigError(f"the labeled fraction must be in (0, 1); got {fraction}")
+    by_class: dict[int, list[int]] = {}
+    for i, c in enumerate(targets):
+        by_class.setdefault(int(c), []).append(i)
+    generator, labeled = torch.Generator().manual_seed(seed), []
+    for c in sorted(by_class):
+        members = by_class[c]
+        order = torch.randperm(len(members), generator=generator).tolist()
+        labeled += [members[i] for i in order[: max(1, round(fraction * len(members)))]]
+    chosen = set(labeled)
+    return sorted(labeled), [i for i in range(len(targets)) if i not in chosen]
 
 
 def rank_indices(n: int, rank: int, world_size: int) -> range:
