@@ -295,8 +295,11 @@ def how_to_run_markdown() -> str:
         "folder must be on a shared file system). A rerun submits only what is still missing; `gradalign run "
         "<id>` then assembles the record from the cache. Experiments with units: "
         + ", ".join(f"`{e}`" for e in UNITS)
-        + ". Data-parallel training on several GPUs (`training.distributed`, under `torchrun`) is built and "
-        "tested on the CPU; the ImageNet presets do not use it yet.",
+        + ". One large run on several GPUs: the ImageNet presets (`sgr.tab2`, `sgr.tab5`, `metagrad.tab3`) stream "
+        "the images from `$GRADALIGN_DATA/imagenet` (ImageFolder layout) and train data-parallel under torchrun, "
+        "e.g. `torchrun --nproc-per-node 8 -m gradalign run sgr.tab5 --preset paper`; every rank computes, rank 0 "
+        "stores the record, and each row or column resumes from rank 0's checkpoint. Tested here on the CPU with "
+        "two processes on a tiny ImageNet in the real layout; never run on ImageNet itself.",
         "",
         "## Data sets",
         "",
