@@ -198,3 +198,27 @@ def test_no_host_synchronisation_inside_a_cuda_step(method):
         run.step(2)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_isoloss_table1_stops_in_the_box_and_resumes_to_the_uninterrupted_record(tmp_path, monkeypatch):
+    """The Siamese runs of isoloss.tab1 honour the box too: a box that closes in the first epoch stops the first
+    run after it, checkpointed; outside the box the experiment finishes with the numbers of a run never stopped."""
+    from gradalign.experiments import EXPERIMENTS
+
+    exp = EXPERIMENTS["isoloss.tab1"]
+    cfg = exp.resolve("smoke", {"epochs": [2]})
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "whole"))
+    whole = exp.run(cfg, "cpu")
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "boxed"))
+    with timebox.time_box(1.0), monkeypatch.context() as patch:
+        patch.setattr(timebox, "seconds_left", lambda: 1e-9)  # nearly spent: one epoch, then stop
+        with pytest.raises(timebox.TimeBoxSpent, match="stopped after epoch 1 of 2, checkpointed"):
+            exp.run(cfg, "cpu")
+    assert list((tmp_path / "boxed").rglob("*.pt"))
+    resumed = exp.run(cfg, "cpu")
+
+    def numbers(result):  # what training computed; timings (step seconds, DirectPred's cost) differ between runs
+        return {k: v for k, v in result["metrics"].items() if k not in ("step_seconds", "directpred_cost")}
+
+    assert numbers(resumed) == numbers(whole) and resumed["curves"] == whole["curves"]
+    assert resumed["checks"] == whole["checks"]

@@ -7,8 +7,9 @@ raises `TimeBoxSpent`, so that nothing incomplete is cached or recorded. Runs al
 cache. The same command, run again, resumes: finished runs load, the interrupted one continues from its
 checkpoint (bitwise on CPU), and the record is written once the last run ends.
 
-Runs that honour the box: the LGA benchmark's (`training.ssl`). Others resume from their last checkpoint when a
-command is killed (every evaluation writes one, atomically).
+Runs that honour the box: the LGA benchmark's (`training.ssl`) and IsoLoss Table 1's (`experiments.isoloss.
+deep_siamese`). Others resume from their last checkpoint when a command is killed (every evaluation writes one,
+atomically); giving them the box means an edit to their module, which marks their records stale.
 """
 
 from __future__ import annotations

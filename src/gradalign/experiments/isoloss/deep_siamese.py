@@ -100,6 +100,7 @@ def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
     from gradalign.benchmarks.directpred import directpred_cost
     from gradalign.data.image_sets import load_pretraining_data
     from gradalign.runcache import cached_run
+    from gradalign.timebox import TimeBoxSpent, raise_if_spent, seconds_left
     from gradalign.training.siamese import train_siamese
 
     runs, metrics, curves, step_seconds, data = {}, {}, {}, [], {}
@@ -119,9 +120,19 @@ def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
                 }
 
                 def train(checkpoint, name=name, settings=settings):
+                    what = f"{name} {settings.loss} {'EMA' if settings.ema else 'no EMA'} (seed {settings.seed})"
+                    raise_if_spent(f"{what} could begin")
                     if name not in data:
                         data[name] = load_pretraining_data(name, cfg.train_subset, cfg.test_subset, cfg.seed)
-                    return train_siamese(*data[name], settings, device, checkpoint=checkpoint)
+                    out = train_siamese(
+                        *data[name], settings, device, checkpoint=checkpoint, time_limit_s=seconds_left()
+                    )
+                    if not out["complete"]:  # the command's time box (`timebox`): nothing incomplete is cached
+                        raise TimeBoxSpent(
+                            f"time box: {what} stopped after epoch {out['epochs_done']} of {settings.epochs}, "
+                            "checkpointed; run the same command again to resume"
+                        )
+                    return out
 
                 out = cached_run("isoloss.siamese", spec, RUN_VERSION, train)
                 runs[key].append(out)
