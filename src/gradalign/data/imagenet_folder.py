@@ -1,4 +1,4 @@
-"""ImageNet streamed from disk for the ImageNet presets (sgr.tab2, sgr.tab5; metagrad.tab3 later), one rank's
+"""ImageNet streamed from disk for the ImageNet presets (sgr.tab2, sgr.tab5, metagrad.tab3), one rank's
 share of every global batch, resumable.
 
 Layout: torchvision's ImageFolder, `<root>/train/<wnid>/*.JPEG` and `<root>/val/<wnid>/*.JPEG` (the validation
