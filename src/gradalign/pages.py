@@ -277,13 +277,13 @@ def how_to_run_markdown() -> str:
         "`gradalign run <id> --preset gpu --device cuda`, and bring back the new file under `results/`. Long runs "
         "checkpoint and resume, so a run can be split into short commands: `--time-limit 8` stops cleanly after "
         "about 8 minutes (exit status 3), the finished runs in the run cache and the current one checkpointed, "
-        "and the same command resumes (keep `$GRADALIGN_CACHE` between commands). The runs of the LGA benchmark and of IsoLoss "
-        "Table 1 stop inside the box; the other parts' runs resume from their last checkpoint when a command is cut off. On a "
-        "GPU the runs take the fast path: bf16 autocast and channels-last, data and augmentation on the device "
-        "(`GRADALIGN_FAST=off` gives the fp32 reference; `bf16,channels_last,compile` adds torch.compile); a run's "
-        "fast path is part of its run-cache key. The next `make book` shows the `gpu` record in place of the "
-        "`cpu` one, with the GPU named beside each figure. Experiments that use the accelerator when one is "
-        "present:",
+        "and the same command resumes (keep `$GRADALIGN_CACHE` between commands). The runs of the LGA benchmark "
+        "and of IsoLoss Table 1 stop inside the box; the other parts' runs resume from their last checkpoint when a "
+        "command is cut off. On a GPU the runs take the fast path: bf16 autocast and channels-last, data and "
+        "augmentation on the device (`GRADALIGN_FAST=off` gives the fp32 reference; `bf16,channels_last,compile` "
+        "adds torch.compile); a run's fast path is part of its run-cache key. The next `make book` shows the `gpu` "
+        "record in place of the `cpu` one, with the GPU named beside each figure. Experiments that use the "
+        "accelerator when one is present:",
         "",
         ", ".join(f"`{e}`" for e, exp in EXPERIMENTS.items() if exp.uses_accelerator) + ".",
         "",
