@@ -174,7 +174,7 @@ def _check_trials(models, xs, ys, steps: int, batch: int, lr, seeds) -> tuple[li
     return models, lrs
 
 
-def _trial_loss(base: nn.Module):
+def trial_loss(base: nn.Module):
     """The functional loss of one trial, CE(f(θ, x), y), mean over its minibatch."""
 
     def loss(params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -200,7 +200,7 @@ def train_supervised_batched(
     models, lrs = _check_trials(models, xs, ys, steps, batch, lr, seeds)
     params, _, base = stack_models(models)
     optimizer = BatchedAdam(params, lrs, betas, eps)
-    gradient_and_loss = vmap(grad_and_value(_trial_loss(base)))
+    gradient_and_loss = vmap(grad_and_value(trial_loss(base)))
     streams = [IndexStream(xs.shape[1], batch, seed) for seed in seeds]
     rows = torch.arange(len(models), device=xs.device)[:, None]
     losses = torch.empty(len(models), steps, device=xs.device, dtype=xs.dtype)

@@ -3,7 +3,9 @@
 Figures 3 and 4 come from the same trials; each trial is stored once in the run cache (`runcache`,
 keyed by the trial's settings), so whichever of the two runs first trains and the other reads it back,
 and an interrupted study resumes at the next trial. Each trial is a unit (`trial_unit`): `gradalign sweep`
-can compute the trials as separate jobs. The data is float32 and small: it runs on the CPU whatever
+can compute the trials as separate jobs. Run in one process, the study trains the supervised arms of all its
+trials at once (`training.shells_batched`, batched trials) the first time a trial is missing; each trial's LGA
+arm, with its per-trial label state, trains on its own. The data is float32 and small: it runs on the CPU whatever
 device is asked for (a GPU would mostly add latency to a 40k-parameter MLP).
 """
 
@@ -99,9 +101,10 @@ class ShellsStudyConfig(Config):
         require(self, "trial", self.trial.hessian_points <= self.n_test, "hessian_points must be <= n_test")
 
 
-def trial_unit(cfg: ShellsStudyConfig, k: int) -> Unit:
+def trial_unit(cfg: ShellsStudyConfig, k: int, supervised=None) -> Unit:
     """Trial k (its data set drawn with seed + k, both algorithms trained on it) as a run-cache unit: what
-    `_trial` reads back, and what `gradalign sweep` computes as a job of its own."""
+    `_trial` reads back, and what `gradalign sweep` computes as a job of its own. `supervised(seed)`, when given,
+    supplies the supervised arm (the study's batched one); None trains it here."""
     seed = cfg.seed + k
     spec = {
         "d": cfg.d,
@@ -111,21 +114,45 @@ def trial_unit(cfg: ShellsStudyConfig, k: int) -> Unit:
         "seed": seed,
         "trial": cfg.trial.to_dict(),
     }
-    return Unit(f"trial {k} (seed {seed})", "lga.shells", spec, STUDY_VERSION, functools.partial(_train, cfg, seed))
+    train = functools.partial(_train, cfg, seed, supervised)
+    return Unit(f"trial {k} (seed {seed})", "lga.shells", spec, STUDY_VERSION, train)
 
 
-def _train(cfg: ShellsStudyConfig, seed: int, _checkpoint) -> dict:
-    """Both algorithms on the data set of `seed` (a module-level function: a sweep's job receives it pickled)."""
+def _data(cfg: ShellsStudyConfig, seed: int):
     from gradalign.data.shells import make_shells
+
+    return make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
+
+
+def _train(cfg: ShellsStudyConfig, seed: int, supervised, _checkpoint) -> dict:
+    """Both algorithms on the data set of `seed` (a module-level function: a sweep's job receives it pickled)."""
     from gradalign.training.shells import shells_trial
 
-    data = make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed)
-    return {method: shells_trial(data, method, cfg.trial, seed) for method in ("supervised", "lga")}
+    data = _data(cfg, seed)
+    arm = supervised(seed) if supervised is not None else shells_trial(data, "supervised", cfg.trial, seed)
+    return {"supervised": arm, "lga": shells_trial(data, "lga", cfg.trial, seed)}
 
 
-def _trial(cfg: ShellsStudyConfig, k: int) -> dict:
+class BatchedSupervisedArms:
+    """The supervised arms of every trial of a study, trained together (`supervised_trials`) when the first is
+    asked for, then handed out by seed. Equal to the one-at-a-time arms to float rounding."""
+
+    def __init__(self, cfg: ShellsStudyConfig):
+        self.cfg, self.by_seed = cfg, None
+
+    def __call__(self, seed: int) -> dict:
+        from gradalign.training.shells_batched import supervised_trials
+
+        if self.by_seed is None:
+            seeds = [self.cfg.seed + k for k in range(self.cfg.trials)]
+            arms = supervised_trials([_data(self.cfg, s) for s in seeds], self.cfg.trial, seeds)
+            self.by_seed = dict(zip(seeds, arms))
+        return self.by_seed[seed]
+
+
+def _trial(cfg: ShellsStudyConfig, k: int, supervised=None) -> dict:
     """Both algorithms on trial k's data set (seed + k); read back from the run cache when stored."""
-    return trial_unit(cfg, k).run()
+    return trial_unit(cfg, k, supervised).run()
 
 
 def _mean_std(rows: list[list[float]]) -> tuple[list[float], list[float]]:
@@ -137,7 +164,8 @@ def shells_study(cfg: ShellsStudyConfig) -> tuple[dict, dict]:
     """(curves: per method, mean and std over trials of every curve; raw per-trial finals)."""
     from gradalign.progress import progress
 
-    trials = [_trial(cfg, k) for k in progress(range(cfg.trials), desc="shells trials")]
+    supervised = BatchedSupervisedArms(cfg)
+    trials = [_trial(cfg, k, supervised) for k in progress(range(cfg.trials), desc="shells trials")]
     curves = {"step": trials[0]["supervised"]["step"]}
     finals = {}
     for method in ("supervised", "lga"):
