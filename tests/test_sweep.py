@@ -108,8 +108,37 @@ def test_sweep_then_run_assembles_the_record_computed_directly(tmp_path, monkeyp
     monkeypatch.setattr(shells, "_train", train)
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "direct"))
     direct = runner.run("lga.fig3", "smoke", TINY, store=ResultStore(tmp_path / "results-direct"))
-    for part in ("metrics", "curves", "checks", "verdict", "config_hash"):
+    # A job trains its trial's supervised arm alone; the direct run trains the arms as one batch
+    # (`training.shells_batched`): the same numbers to float rounding, and the same verdict.
+    for part in ("metrics", "curves"):
+        assert_close_nested(swept[part], direct[part], part)
+    assert {k: c["passed"] for k, c in swept["checks"].items()} == {k: c["passed"] for k, c in direct["checks"].items()}
+    for part in ("verdict", "config_hash"):
         assert swept[part] == direct[part], part
+
+
+def assert_close_nested(a, b, where: str, rtol: float = 1e-6) -> None:
+    """Equal structure, numbers equal to `rtol`, everything else equal."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), where
+        for key in a:
+            assert_close_nested(a[key], b[key], f"{where}.{key}", rtol)
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close_nested(x, y, f"{where}[{i}]", rtol)
+    elif isinstance(a, float) and isinstance(b, float):
+        assert b == pytest.approx(a, rel=rtol, abs=1e-12), where
+    else:
+        assert a == b, where
+
+
+def test_the_nested_comparison_fails_beyond_its_tolerance():
+    assert_close_nested({"a": [1.0, 2.0]}, {"a": [1.0, 2.0 + 1e-9]}, "x")
+    with pytest.raises(AssertionError):
+        assert_close_nested({"a": [1.0, 2.0]}, {"a": [1.0, 2.001]}, "x")
+    with pytest.raises(AssertionError):
+        assert_close_nested({"a": "sgd"}, {"a": "adam"}, "x")
 
 
 def test_rerun_with_every_unit_stored_submits_nothing(cache, tmp_path, one_thread):
