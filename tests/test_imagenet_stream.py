@@ -107,7 +107,7 @@ def test_evaluation_shares_cover_every_image_once():
 
 AVERAGE_WORKER = """
 import sys, torch
-from gradalign.training.distributed import average_gradients_before_step, init_distributed
+from gradalign.training.distributed import average_gradients_before_step, init_distributed, max_over_ranks
 torch.manual_seed(0)
 x, y = torch.randn(8, 3), torch.randn(8, 1)
 with init_distributed(backend="gloo") as context:
@@ -117,7 +117,9 @@ with init_distributed(backend="gloo") as context:
     mine = slice(4 * context.rank, 4 * context.rank + 4)
     (model(x[mine]) - y[mine]).square().mean().backward()
     optimizer.step()
-    torch.save({k: v.clone() for k, v in model.state_dict().items()}, sys.argv[1] + f"/rank{context.rank}.pt")
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["max_rank"] = max_over_ranks(torch.tensor(float(context.rank)), context)
+    torch.save(state, sys.argv[1] + f"/rank{context.rank}.pt")
 """
 
 
@@ -139,6 +141,7 @@ def test_averaged_gradients_give_every_rank_the_full_batch_step(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     (model(x) - y).square().mean().backward()
     optimizer.step()
+    assert [float(r.pop("max_rank")) for r in ranks] == [1.0, 1.0]  # max_over_ranks: the same on every rank
     for key, value in model.state_dict().items():
         assert torch.equal(ranks[0][key], ranks[1][key])  # the ranks stay equal
         torch.testing.assert_close(ranks[0][key], value, rtol=1e-6, atol=1e-7)  # and take one process's step

@@ -30,6 +30,13 @@ MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 """ImageNet's per-channel mean and std (torchvision's pretrained-model convention)."""
 
 
+def imagenet_root(data_root: str = "") -> Path:
+    """Where ImageNet is: `data_root` when given, else `$GRADALIGN_DATA/imagenet` (or `./data/imagenet`)."""
+    from gradalign.data.fashion_mnist import data_root as default_root
+
+    return Path(data_root) if data_root else default_root() / "imagenet"
+
+
 def imagenet_split(
     root: str | Path,
     split: str,

@@ -175,6 +175,16 @@ def mean_over_ranks(value: torch.Tensor, context: DistributedContext) -> torch.T
     return total / context.world_size
 
 
+def max_over_ranks(value: torch.Tensor, context: DistributedContext) -> torch.Tensor:
+    """The largest `value` over ranks, the same on every rank (e.g. a run's wall time, so that every rank returns
+    one result); `value` itself in a world of one."""
+    if context.world_size == 1:
+        return value
+    value = value.detach().clone()
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value
+
+
 def data_parallel(model: torch.nn.Module, context: DistributedContext) -> torch.nn.Module:
     """`model` (already on `context.device`) made data-parallel: DDP in a world of several, else `model` itself.
     DDP copies rank 0's parameters to every rank now and averages gradients in `backward`. Keep the bare

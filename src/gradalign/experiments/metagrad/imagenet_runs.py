@@ -25,13 +25,8 @@ PAPER_TOP1 = {"labeled_only": 53.65, "meta_mixup": 44.87}  # Table 3, top-1 erro
 PAPER_TOP5 = {"labeled_only": 31.01, "meta_mixup": 18.88}
 
 
-def imagenet_root(data_root: str) -> Path:
-    from gradalign.data.fashion_mnist import data_root as default_root
-
-    return Path(data_root) if data_root else default_root() / "imagenet"
-
-
 def train_table3(cfg) -> dict:
+    from gradalign.data.imagenet_folder import imagenet_root
     from gradalign.training.distributed import init_distributed
 
     root = imagenet_root(cfg.data_root)
@@ -62,7 +57,7 @@ def _train_column(cfg, variant: str, root: Path, context, spec: dict, checkpoint
     from gradalign.methods.semimeta import SemiMetaSettings
     from gradalign.training import loop
     from gradalign.training.checkpoint import fingerprint
-    from gradalign.training.distributed import average_gradients_before_step, train_data_parallel
+    from gradalign.training.distributed import average_gradients_before_step, max_over_ranks, train_data_parallel
     from gradalign.training.imagenet import ImageNetSemiMetaRun
     from gradalign.training.semimeta import MODELS
 
@@ -104,9 +99,7 @@ def _train_column(cfg, variant: str, root: Path, context, spec: dict, checkpoint
         eval_at=loop.every(per_epoch, steps),
         name=f"ImageNet {variant}",
     )
-    seconds = torch.tensor(out.train_seconds, dtype=torch.float64, device=context.device)
-    if context.world_size > 1:
-        torch.distributed.all_reduce(seconds, op=torch.distributed.ReduceOp.MAX)
+    seconds = max_over_ranks(torch.tensor(out.train_seconds, dtype=torch.float64, device=context.device), context)
     return {
         "variant": variant,
         "labeled": len(labeled),

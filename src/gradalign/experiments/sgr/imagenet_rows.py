@@ -25,17 +25,12 @@ from gradalign.experiments.sgr.imagenet_recipes import (
 )
 
 
-def imagenet_root(cfg: ImageNetLocalConfig) -> Path:
-    from gradalign.data.fashion_mnist import data_root
-
-    return Path(cfg.data_root) if cfg.data_root else data_root() / "imagenet"
-
-
 def train_imagenet_rows(cfg: ImageNetLocalConfig, element_id: str) -> dict:
     """Every row trained on ImageNet under torchrun (or in one process), each a run-cache unit."""
+    from gradalign.data.imagenet_folder import imagenet_root
     from gradalign.training.distributed import init_distributed
 
-    root = imagenet_root(cfg)
+    root = imagenet_root(cfg.data_root)
     if not (root / "train").is_dir() or not (root / "val").is_dir():
         nets = ", ".join(sorted({row[0] for row in cfg.rows}))
         raise NotRunHereError(
@@ -79,7 +74,7 @@ def _train_row(cfg: ImageNetLocalConfig, row, root: Path, context, spec: dict, c
     from gradalign.methods.local import LOCAL_METHODS, LocalSettings
     from gradalign.training import loop
     from gradalign.training.checkpoint import fingerprint
-    from gradalign.training.distributed import average_gradients_before_step, train_data_parallel
+    from gradalign.training.distributed import average_gradients_before_step, max_over_ranks, train_data_parallel
     from gradalign.training.imagenet import ImageNetLocalRun
 
     network, method, modules, lam = row
@@ -129,16 +124,8 @@ def _train_row(cfg: ImageNetLocalConfig, row, root: Path, context, spec: dict, c
         "world_size": context.world_size,
         "history": out.history,
         "top1_error": out.history["val_error"][-1],
-        "train_seconds": float(_max_over_ranks(seconds, context)),  # the same on every rank: one cache entry
+        "train_seconds": float(max_over_ranks(seconds, context)),  # the same on every rank: one cache entry
     }
-
-
-def _max_over_ranks(value: torch.Tensor, context) -> torch.Tensor:
-    import torch.distributed as dist
-
-    if context.world_size > 1:
-        dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return value
 
 
 def imagenet_checks(rows: list[dict], classes: int, element_id: str) -> dict[str, dict]:
