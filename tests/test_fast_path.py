@@ -21,17 +21,12 @@ from gradalign.training.protocols import oliver_settings
 from gradalign.training.ssl import METHODS, SSLRun, train_ssl
 from tests.test_ssl_training import assert_identical, make_data, make_model, params, protocol
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning"),
+    pytest.mark.usefixtures("one_thread"),
+]
 
 CL, BF16 = FastPath(channels_last=True), FastPath(bf16=True, channels_last=True)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def trained(method: str, fast: FastPath, steps: int = 4) -> tuple[list[torch.Tensor], dict]:

@@ -11,16 +11,9 @@ from gradalign.errors import ConfigError
 from gradalign.training.shells import ShellsTrialSettings, shells_trial
 from gradalign.training.shells_batched import supervised_trials
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 SETTINGS = ShellsTrialSettings(steps=40, eval_every=10, hessian_points=100, lanczos_iters=5)
 SEEDS = [3, 4, 5]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def datas(seeds=SEEDS):

@@ -29,7 +29,9 @@ import torch.distributed as dist
 from gradalign.data.imagenet_folder import RankStream, rank_indices
 from gradalign.methods.semimeta import semimeta_step
 from gradalign.params import set_lr
-from gradalign.training.distributed import DistributedContext, mean_over_ranks
+from gradalign.training import loop
+from gradalign.training.checkpoint import fingerprint
+from gradalign.training.distributed import DistributedContext, max_over_ranks, mean_over_ranks, train_data_parallel
 
 
 class ImageNetLocalRun:
@@ -144,6 +146,26 @@ class ImageNetSemiMetaRun:
         self.optimizer.load_state_dict(state["optimizer"])
         self.labeled.load_state_dict(state["labeled"])
         self.unlabeled.load_state_dict(state["unlabeled"])
+
+
+def train_epochs(
+    run, epochs: int, per_epoch: int, context: DistributedContext, checkpoint, spec: dict, name: str
+) -> tuple[dict, float]:
+    """`epochs` epochs of `per_epoch` steps on every rank, evaluated after each (`train_data_parallel`, checkpoint
+    keyed by `spec`): the history, and the slowest rank's training seconds, the same on every rank so that every
+    rank returns one result (one run-cache entry)."""
+    steps = epochs * per_epoch
+    out = train_data_parallel(
+        run,
+        steps,
+        context=context,
+        checkpoint=checkpoint,
+        run_fingerprint=fingerprint(spec),
+        eval_at=loop.every(per_epoch, steps),
+        name=name,
+    )
+    seconds = max_over_ranks(torch.tensor(out.train_seconds, dtype=torch.float64, device=context.device), context)
+    return out.history, float(seconds)
 
 
 @torch.no_grad()

@@ -55,10 +55,8 @@ def column_unit(cfg, variant: str, root: Path, context):
 def _train_column(cfg, variant: str, root: Path, context, spec: dict, checkpoint) -> dict:
     from gradalign.data.imagenet_folder import RankStream, class_balanced_split, imagenet_split
     from gradalign.methods.semimeta import SemiMetaSettings
-    from gradalign.training import loop
-    from gradalign.training.checkpoint import fingerprint
-    from gradalign.training.distributed import average_gradients_before_step, max_over_ranks, train_data_parallel
-    from gradalign.training.imagenet import ImageNetSemiMetaRun
+    from gradalign.training.distributed import average_gradients_before_step
+    from gradalign.training.imagenet import ImageNetSemiMetaRun, train_epochs
     from gradalign.training.semimeta import MODELS
 
     train = imagenet_split(root, "train", cfg.image_size, cfg.crop_area, cfg.crop_aspect)
@@ -88,27 +86,18 @@ def _train_column(cfg, variant: str, root: Path, context, spec: dict, checkpoint
         lambda epoch: min(1.0, epoch / cfg.warmup_epochs) if cfg.warmup_epochs else 1.0,
         context,
     )
-    per_epoch = run.labeled.batches_per_epoch
-    steps = cfg.epochs * per_epoch
-    out = train_data_parallel(
-        run,
-        steps,
-        context=context,
-        checkpoint=checkpoint,
-        run_fingerprint=fingerprint(spec),
-        eval_at=loop.every(per_epoch, steps),
-        name=f"ImageNet {variant}",
+    history, seconds = train_epochs(
+        run, cfg.epochs, run.labeled.batches_per_epoch, context, checkpoint, spec, f"ImageNet {variant}"
     )
-    seconds = max_over_ranks(torch.tensor(out.train_seconds, dtype=torch.float64, device=context.device), context)
     return {
         "variant": variant,
         "labeled": len(labeled),
         "unlabeled": len(unlabeled),
         "world_size": context.world_size,
-        "history": out.history,
-        "top1_error": out.history["top1_error"][-1],
-        "top5_error": out.history["top5_error"][-1],
-        "train_seconds": float(seconds),  # the slowest rank's: the same on every rank, so one cache entry
+        "history": history,
+        "top1_error": history["top1_error"][-1],
+        "top5_error": history["top5_error"][-1],
+        "train_seconds": seconds,  # the slowest rank's
     }
 
 

@@ -72,10 +72,8 @@ def _train_row(cfg: ImageNetLocalConfig, row, root: Path, context, spec: dict, c
     from gradalign.data.imagenet_folder import RankStream, imagenet_split
     from gradalign.errors import ConfigError
     from gradalign.methods.local import LOCAL_METHODS, LocalSettings
-    from gradalign.training import loop
-    from gradalign.training.checkpoint import fingerprint
-    from gradalign.training.distributed import average_gradients_before_step, max_over_ranks, train_data_parallel
-    from gradalign.training.imagenet import ImageNetLocalRun
+    from gradalign.training.distributed import average_gradients_before_step
+    from gradalign.training.imagenet import ImageNetLocalRun, train_epochs
 
     network, method, modules, lam = row
     recipe = RECIPES[family(network)]
@@ -103,17 +101,9 @@ def _train_row(cfg: ImageNetLocalConfig, row, root: Path, context, spec: dict, c
 
     settings = LocalSettings(method=method, modules=modules, lam=lam)
     run = ImageNetLocalRun(parts, heads, optimizers, LOCAL_METHODS[method], settings, stream, val_images, lr, context)
-    steps, per_epoch = epochs * stream.batches_per_epoch, stream.batches_per_epoch
-    out = train_data_parallel(
-        run,
-        steps,
-        context=context,
-        checkpoint=checkpoint,
-        run_fingerprint=fingerprint(spec),
-        eval_at=loop.every(per_epoch, steps),
-        name=f"{network} {method} K={modules}",
+    history, seconds = train_epochs(
+        run, epochs, stream.batches_per_epoch, context, checkpoint, spec, f"{network} {method} K={modules}"
     )
-    seconds = torch.tensor(out.train_seconds, dtype=torch.float64, device=context.device)
     return {
         "network": network,
         "method": method,
@@ -122,9 +112,9 @@ def _train_row(cfg: ImageNetLocalConfig, row, root: Path, context, spec: dict, c
         "epochs": epochs,
         "global_batch": batch,
         "world_size": context.world_size,
-        "history": out.history,
-        "top1_error": out.history["val_error"][-1],
-        "train_seconds": float(max_over_ranks(seconds, context)),  # the same on every rank: one cache entry
+        "history": history,
+        "top1_error": history["val_error"][-1],
+        "train_seconds": seconds,  # the slowest rank's
     }
 
 
