@@ -22,9 +22,12 @@ the BP-free PlainMLP (`mlp<L>`, Table 4) also record Figure 3's ΔL_k per module
 forward pass before and one after each step.
 
 Finished runs live in the run cache (kind `sgr.local`): a run is keyed by its `LocalRunSpec` only, so
-experiments that need the same run (Table 3's ResNet-32 SGR at K = 16 and Table 6's) share it. A run
-that diverges (NaN or Inf, as global BP may in a deep VGG, Table 7's "fail") is stored as failed at
-chance accuracy, with the step and the quantity.
+experiments that need the same run (Table 3's ResNet-32 SGR at K = 16 and Table 6's) share it. A global-BP
+run that diverges (as global BP may in a deep VGG, Table 7's "fail": `divergence_is_a_result`) is stored as
+failed at chance accuracy, with the step and the quantity. Any other divergence (NaN or Inf, an exploded loss,
+a test accuracy back at chance after it had learned: `divergence`) stops the run with a `DivergenceError`:
+nothing is cached or recorded. Inside a command's time box (`timebox`) a checkpointed run stops after the
+epoch where the box would overrun and raises `TimeBoxSpent` (`training.loop`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from torch import nn
 from gradalign.config import Settings, require
 from gradalign.data.augment import normalise
 from gradalign.data.crop_flip import crop_flip
+from gradalign.divergence import accuracy_chance
 from gradalign.errors import DivergenceError
 from gradalign.runtime import flushed_denormals
 from gradalign.analysis.input_effect import input_effect, module_inputs
@@ -327,6 +331,13 @@ class LocalRun:
         self.epoch_seconds = list(state["epoch_seconds"])
 
 
+def divergence_is_a_result(spec) -> bool:
+    """Global BP's divergence is the paper's "fail" (Table 7: global BP in deep VGGs); every other run that
+    diverges (a local method's, a BP-free baseline's: `training.bp_free`) stops the command."""
+    method = spec.method  # LocalSettings, or the BP-free rule's name
+    return getattr(method, "method", method) == "global_bp"
+
+
 def train_local(
     spec: LocalRunSpec,
     device="cpu",
@@ -340,7 +351,8 @@ def train_local(
     """Train one run; checkpointed after every epoch and resumed from `checkpoint` (bitwise on CPU).
 
     Returns plain Python: the spec, the per-epoch history, the final test accuracy and loss, whether it
-    diverged (then `final_test_acc` is chance, 100 / classes: Table 7's "fail"), the wall time.
+    diverged (then `final_test_acc` is chance, 100 / classes: Table 7's "fail"; only where
+    `divergence_is_a_result`, else the DivergenceError propagates), the wall time.
     `max_epochs_this_call` stops early after that many epochs (complete = False; for tests and time boxes).
     """
     from gradalign.data.image_sets import image_set_info
@@ -348,6 +360,7 @@ def train_local(
     device = torch.device(device)
     data = data if data is not None else local_data(spec.dataset, spec.n_train, spec.n_test, device)
     run = make_run(spec, data, device)
+    classes = image_set_info(spec.dataset).num_classes
     failure = None
     try:
         with flushed_denormals(device):
@@ -360,11 +373,14 @@ def train_local(
                 run_fingerprint=fingerprint({"spec": spec.to_dict(), "data": data.digest(), "version": version}),
                 max_evals=max_epochs_this_call,
                 map_location=device,
+                chance=() if divergence_is_a_result(spec) else (accuracy_chance("test_acc", classes),),
             )
         history, complete, seconds = out.history, out.complete, out.train_seconds
-    except DivergenceError as err:  # Table 7's "fail": a result, not an error of the program
-        failure, history, complete, seconds = str(err), {}, True, sum(run.epoch_seconds)
-    chance = 100.0 / image_set_info(spec.dataset).num_classes
+    except DivergenceError as err:
+        if not divergence_is_a_result(spec):
+            raise
+        failure, history, complete, seconds = str(err), {}, True, sum(run.epoch_seconds)  # Table 7's "fail"
+    chance = 100.0 / classes
     return {
         "spec": spec.to_dict(),
         "history": history,

@@ -3,12 +3,18 @@
 
 - the cadence: `evaluate` after step t when `eval_at(t)` (default: every `eval_every` steps and the last);
 - the sums of the step diagnostics since the last evaluation, kept on the device (no host sync per step);
-- the divergence stop at each evaluation, naming the step and the quantity;
+- the divergence stop at each evaluation (`divergence`), naming the step and the quantity: a step diagnostic
+  or an evaluated value NaN or Inf, a loss exploded, or a metric with a chance level (`chance`) back at chance
+  once training has started;
 - best-by-validation: the model state at the evaluation with the lowest `select` value;
 - checkpoints (`training.checkpoint`) at every evaluation or every `checkpoint_every` steps, resumed
   bitwise: the run's own state, the loop's sums and history, the global random state;
 - wall time summed over every resumed part, a progress bar, and an optional time box (`time_limit_s`,
-  `max_evals`) that stops after an evaluation and reports `complete = False`.
+  `max_evals`) that stops after an evaluation and reports `complete = False`;
+- the command's time box (`timebox`, `gradalign run --time-limit`) when the caller gives neither: the run does
+  not begin once the box has closed, and a checkpointed run stops at the evaluation or checkpoint where
+  another window would overrun the box, with its checkpoint written, raising `TimeBoxSpent` (the same command
+  resumes it). A run without a checkpoint is not stopped midway: its work would be lost.
 Nothing here knows a method: methods are step functions (nanoGPT-plain, no hooks).
 """
 
@@ -23,9 +29,10 @@ from typing import Callable, Protocol
 
 import torch
 
+from gradalign import timebox
+from gradalign.divergence import ChanceLevel, raise_if_at_chance, raise_if_exploded, raise_if_not_finite
 from gradalign.progress import progress
 from gradalign.training.checkpoint import load_checkpoint, save_checkpoint
-from gradalign.divergence import raise_if_not_finite
 
 
 class Run(Protocol):
@@ -65,8 +72,17 @@ def train(
     time_limit_s: float | None = None,
     max_evals: int | None = None,
     map_location="cpu",
+    chance: tuple[ChanceLevel, ...] = (),
 ) -> LoopResult:
-    """Run steps 1..`steps` of `run` (1-based), resuming from `checkpoint` when it holds this run."""
+    """Run steps 1..`steps` of `run` (1-based), resuming from `checkpoint` when it holds this run.
+
+    `chance`: evaluated metrics with a chance level; one back at chance once training started is a divergence.
+    """
+    boxed = time_limit_s is None and max_evals is None and timebox.seconds_left() is not None
+    if boxed:
+        timebox.raise_if_spent(f"{name} could begin")
+        if checkpoint is not None:
+            time_limit_s = timebox.seconds_left()
     out, sums, count, tick = LoopResult(), {}, 0, time.perf_counter()
     start = 0
     if select is not None:
@@ -78,7 +94,7 @@ def train(
         out.history, out.best, start, out.train_seconds = loop["history"], loop["best"], loop["step"], loop["seconds"]
         sums, count = loop["sums"], loop["count"]
         torch.set_rng_state(loop["rng"])
-    evals_this_call, begun = 0, time.perf_counter()
+    evals_this_call, windows, begun = 0, 0, time.perf_counter()
     with progress(None, desc=name, total=steps - start) as bar:
         for t in range(start + 1, steps + 1):
             last = run.step(t)
@@ -90,6 +106,7 @@ def train(
             if evaluated:
                 raise_if_not_finite(name, t, {**last, **{f"mean {k}": v for k, v in sums.items()}})
                 values = run.evaluate(t, {k: float(v) for k, v in sums.items()}, count, last)
+                _raise_if_diverged(name, t, values, out.history, chance)
                 sums, count = {}, 0
                 out.history.setdefault("step", []).append(t)
                 for key, value in values.items():
@@ -99,7 +116,12 @@ def train(
                 bar.set_postfix(**{k: f"{v:.3g}" for k, v in values.items() if isinstance(v, float)})
                 evals_this_call += 1
             due = (t % checkpoint_every == 0) if checkpoint_every else evaluated
-            if checkpoint is not None and due and t < steps:
+            windows += due
+            stop = t < steps and (
+                (evaluated and max_evals is not None and evals_this_call >= max_evals)
+                or (due and _time_is_up(windows, time.perf_counter() - begun, time_limit_s))
+            )
+            if checkpoint is not None and (due or stop) and t < steps:
                 now = time.perf_counter()
                 save_checkpoint(
                     checkpoint,
@@ -117,22 +139,31 @@ def train(
                         },
                     },
                 )
-            if (
-                evaluated
-                and t < steps
-                and _time_is_up(evals_this_call, time.perf_counter() - begun, time_limit_s, max_evals)
-            ):
+            if stop:
                 out.complete = False
                 out.steps_done = t
                 break
         else:
             out.steps_done = steps
     out.train_seconds += time.perf_counter() - tick
+    if boxed and not out.complete:
+        raise timebox.TimeBoxSpent(
+            f"time box: {name} stopped after step {out.steps_done} of {steps}, checkpointed; "
+            "run the same command again to resume"
+        )
     return out
 
 
-def _time_is_up(evals: int, elapsed: float, time_limit_s: float | None, max_evals: int | None) -> bool:
-    """Stop when `max_evals` evaluations are done, or when another window would overrun the time box."""
-    if max_evals is not None and evals >= max_evals:
-        return True
-    return time_limit_s is not None and elapsed * (evals + 1) / evals > time_limit_s
+def _time_is_up(windows: int, elapsed: float, time_limit_s: float | None) -> bool:
+    """Another window (from one evaluation or checkpoint to the next) would overrun the time box."""
+    return time_limit_s is not None and windows > 0 and elapsed * (windows + 1) / windows > time_limit_s
+
+
+def _raise_if_diverged(
+    name: str, t: int, values: dict, history: dict[str, list], chance: tuple[ChanceLevel, ...]
+) -> None:
+    """An evaluated value NaN or Inf, a loss exploded, or a metric back at chance once training started."""
+    raise_if_exploded(name, t, values)
+    for level in chance:
+        if level.name in values:
+            raise_if_at_chance(name, t, level, values[level.name], history.get(level.name, []))

@@ -27,6 +27,7 @@ import torch
 from gradalign.config import Settings, require
 from gradalign.data.augment import normalise
 from gradalign.data.crop_flip import crop_flip
+from gradalign.divergence import error_chance
 from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings, semimeta_step
 from gradalign.training import loop
 from gradalign.training.checkpoint import data_digest, fingerprint
@@ -308,7 +309,10 @@ def tsne_embedding(run: SemiMetaRun, points: int) -> dict:
 
 
 def train_semimeta(spec: SemiMetaRunSpec, device="cpu", checkpoint: Path | str | None = None) -> dict:
-    """Train one run; checkpointed at every evaluation and resumed from `checkpoint` (bitwise on CPU)."""
+    """Train one run; checkpointed at every evaluation and resumed from `checkpoint` (bitwise on CPU).
+
+    Inside a command's time box the loop stops it at the evaluation where the box would overrun, checkpointed,
+    and raises `TimeBoxSpent`; a NaN, an exploded loss or a test error back at chance is a `DivergenceError`."""
     data = semimeta_data(spec, device)
     run = SemiMetaRun(spec, data, device)
     run.model.train()
@@ -321,6 +325,7 @@ def train_semimeta(spec: SemiMetaRunSpec, device="cpu", checkpoint: Path | str |
         checkpoint=Path(checkpoint) if checkpoint is not None else None,
         run_fingerprint=fingerprint({"spec": spec.to_dict(), "data": data.digest(), "version": RUN_VERSION}),
         map_location=run.device,
+        chance=(error_chance("test_error", data.classes),),
     )
     h = out.history
     best = min(range(len(h["step"])), key=lambda i: h["test_error"][i])

@@ -20,6 +20,7 @@ from torch import nn
 from gradalign.config import Settings, require
 from gradalign.data.augment import SimCLRAugment, normalise
 from gradalign.data.image_tensors import as_uint8_nchw, channel_stats, check_image_sets
+from gradalign.divergence import accuracy_chance, raise_if_at_chance
 from gradalign.errors import ConfigError
 from gradalign.methods.directpred import DirectPredictor, spectrum_summary
 from gradalign.methods.isoloss import DEEP_LOSSES
@@ -246,6 +247,7 @@ def train_siamese(
         max_evals=max_epochs_this_call,
         time_limit_s=time_limit_s,
         map_location=device,
+        chance=(accuracy_chance("readout_test_acc", classes, percent=False),),
     )
     epochs_done = out.steps_done // run.steps_per_epoch
     test_features = run.features(run.test_images)
@@ -259,6 +261,10 @@ def train_siamese(
             run.test_labels,
             s.probe_l2,
             s.probe_iterations,
+        )
+        # a linear probe beats chance on the features of an untrained network: at chance, they collapsed
+        raise_if_at_chance(
+            desc, out.steps_done, accuracy_chance("probe_test_acc", classes, percent=False, started=True), probe
         )
     seconds = sum(run.epoch_seconds)
     return {

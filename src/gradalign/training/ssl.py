@@ -19,6 +19,7 @@ from typing import Callable
 import torch
 
 from gradalign.data.ssl_data import SSLData
+from gradalign.divergence import error_chance
 from gradalign.errors import ConfigError
 from gradalign.timebox import TimeBoxSpent, raise_if_spent, seconds_left
 from gradalign.methods.lga_ssl import LGABenchmarkSettings, lga_init, lga_ssl_step, lga_vat_step
@@ -190,6 +191,7 @@ def train_ssl(
         model=model,
         map_location=data.x_labeled.device,
         time_limit_s=seconds_left(),
+        chance=(error_chance("val_error", data.num_classes),),  # back at chance after it had learned: diverged
     )
     if not out.complete:
         raise TimeBoxSpent(
