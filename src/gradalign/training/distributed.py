@@ -51,6 +51,7 @@ import torch
 import torch.distributed as dist
 
 from gradalign.errors import ConfigError
+from gradalign.timebox import seconds_left
 from gradalign.training import loop
 
 BACKENDS = ("gloo", "nccl")
@@ -293,6 +294,8 @@ def train_data_parallel(
             "time_limit_s reads each rank's own clock, so the ranks could stop at different steps; "
             "use max_evals with several processes"
         )
+    if context.world_size > 1 and seconds_left() is not None:  # the loop would read the box on each rank's clock
+        raise ConfigError("--time-limit reads each rank's own clock; run without it under torchrun")
     check_ranks_agree(run, context)
     with rank_checkpoint(checkpoint, context) as path:
         return loop.train(run, steps, checkpoint=path, **loop_options)

@@ -74,14 +74,21 @@ def prop35_checks(m: dict) -> dict[str, dict]:
 @one_thread
 def two_layer(cfg: TwoLayerConfig, device) -> dict:
     from gradalign.analysis.local_theory import PROP35_VARIANTS, prop35_step, two_layer_draw
+    from gradalign.divergence import raise_if_exploded
 
     gen = torch.Generator().manual_seed(cfg.seed)
     etas = (cfg.eta, *cfg.other_etas)
     rows = {eta: [] for eta in etas}
-    for _ in range(cfg.draws):
+    for k in range(cfg.draws):
         draw = two_layer_draw(cfg.dims, cfg.classes, log_uniform(gen, cfg.sigma_low, cfg.sigma_high), gen)
         for eta in etas:
-            rows[eta].append(prop35_step(draw, eta))
+            row = prop35_step(draw, eta)
+            losses = {
+                "loss L2' without SGR": row["loss_without"],
+                **{f"loss L2' with SGR ({v})": x for v, x in row["loss_with"].items()},
+            }
+            raise_if_exploded(f"sgr.prop35's step of draw {k} (eta = {eta:g})", 1, losses, "lower eta")
+            rows[eta].append(row)
     conditions = {
         "assumption": lambda r: r["assumption"],
         "not_assumption": lambda r: not r["assumption"],
