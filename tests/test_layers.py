@@ -33,6 +33,7 @@ LAYERS = [
         "registry",
         "elements",
         "runcache",
+        "schema",
         "run_unit",
         "record_text",
         "timebox",
@@ -46,7 +47,7 @@ LAYERS = [
     ("benchmarks",),
     ("experiments",),
     ("results", "runner", "comparison", "report", "pages", "bench", "sweep"),
-    ("plotting", "notebook", "book", "book_static", "cli", "__main__"),
+    ("plotting", "page_helpers", "downloads", "source_archive", "notebook", "book", "book_static", "cli", "__main__"),
 ]
 
 

@@ -101,7 +101,7 @@ DAMAGE = {  # name: (damage(path), the reason the warning must give)
         r"holds -Infinity at metrics\.class_counts\[2\]",
     ),
     "overflow": (_literal("curves", "x", 3, 1, text="1e999"), r"holds 1e999 at curves\.x\[3\]\[1\]"),
-    "malformed checks": (_edit(_set("checks", "classes_balanced", "passed", value="yes")), "has malformed checks"),
+    "malformed checks": (_edit(_set("checks", "classes_balanced", "passed", value="yes")), "malformed checks entry"),
     "unknown scope": (_edit(_set("scope", value="full")), "has scope 'full', expected one of exact, reduced"),
     "wrong part": (_edit(_set("part", value="sgr")), "has part 'sgr', expected 'lga'"),
 }

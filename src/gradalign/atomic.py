@@ -5,15 +5,25 @@ renamed over the target, so a reader sees the old file or the new one, never hal
 is strict: NaN and Infinity are not JSON, so writing one is an error naming where it is (before any
 file is touched), and reading one is an error too. A digest of a document's canonical JSON lets a
 reader tell when a stored file was edited.
+
+Storage failures are one line (`StorageError`), never a traceback: a folder that cannot be written, a full
+disk. A JSON document whose write fails is kept in a fallback file that the error names, so that a result
+computed for an hour is not lost to a full disk. A temporary file carries its writer's process id, so that
+`remove_stale_temporaries` can delete those of killed writers. A stored JSON object with a key twice is
+refused on reading (which value was meant?).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
 import os
+import re
+import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -30,10 +40,38 @@ class StoredJSONError(GradalignError, ValueError):
     """A stored JSON file cannot be read; the message is the reason, one line."""
 
 
+class StorageError(GradalignError, OSError):
+    """A file or folder could not be written (read-only, full disk, a file where a folder should be)."""
+
+
+MIN_FREE_BYTES = 64 * 2**20  # room a run needs in each root it writes: records, run entries, checkpoints
+STALE_AFTER_S = 60.0  # a temporary file of a dead writer, untouched this long, is removed
+ORPHAN_AFTER_S = 24 * 3600.0  # a temporary file without a writer's pid (older format), untouched this long
+_TEMPORARY = re.compile(r"^.+\.(?:json|pt)(?:\..*)?\.tmp$")
+_TEMPORARY_PID = re.compile(r"\.pid(\d+)\.tmp$")
+
+
+def _why(err: OSError) -> str:
+    if err.errno == errno.ENOSPC:
+        return "the disk is full"
+    if err.errno == errno.EROFS:
+        return "the file system is read-only"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied"
+    if err.errno in (errno.ENOTDIR, errno.EEXIST):
+        return "a file stands where a folder should be"
+    return " ".join(str(err.strerror or err).split())
+
+
 def write_atomically(path: Path, write: Callable[[IO], None], binary: bool = False) -> Path:
-    """Call `write(handle)` on a temporary file and rename it to `path`; nothing is left half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    """Call `write(handle)` on a temporary file and rename it to `path`; nothing is left half-written.
+
+    An OSError (full disk, read-only folder) becomes a one-line StorageError naming `path`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=f".pid{os.getpid()}.tmp")
+    except OSError as err:
+        raise StorageError(f"cannot write {path}: {_why(err)}") from None
     try:
         with os.fdopen(fd, "wb" if binary else "w") as handle:
             write(handle)
@@ -41,10 +79,87 @@ def write_atomically(path: Path, write: Callable[[IO], None], binary: bool = Fal
             os.fsync(handle.fileno())
         os.chmod(tmp, FILE_MODE)  # mkstemp makes 0600
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise StorageError(f"cannot write {path}: {_why(err)}") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def check_writable(root: Path, what: str, min_free: int = MIN_FREE_BYTES) -> None:
+    """Before any compute: `root` (created if missing) takes a file and has `min_free` bytes free, else a
+    one-line StorageError saying which and what to do."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=root, prefix=".gradalign-probe.", suffix=f".pid{os.getpid()}.tmp")
+        os.close(fd)
+        os.unlink(probe)
+        free = shutil.disk_usage(root).free
+    except OSError as err:
+        raise StorageError(f"{what} {root} cannot be written ({_why(err)}); give another") from None
+    if free < min_free:
+        raise StorageError(
+            f"{what} {root} has {free / 2**20:.0f} MiB free, less than the {min_free / 2**20:.0f} MiB a run may "
+            "write; free some space or give another"
+        )
+
+
+def remove_stale_temporaries(root: Path, now: float | None = None) -> list[Path]:
+    """Delete the temporary files under `root` that killed atomic writes left behind; the paths removed.
+
+    A temporary file is stale when its writer (the pid in its name) is not alive here and it has not been
+    touched for STALE_AFTER_S, or, without a pid, when untouched for ORPHAN_AFTER_S. Another process's write in
+    progress is left alone."""
+    root, now = Path(root), time.time() if now is None else now
+    removed = []
+    if not root.is_dir():
+        return removed
+    for path in root.rglob("*.tmp"):
+        if not _TEMPORARY.match(path.name) and not path.name.startswith(".gradalign-probe."):
+            continue
+        try:
+            age = now - path.stat().st_mtime
+        except OSError:
+            continue
+        pid = _TEMPORARY_PID.search(path.name)
+        stale = age > STALE_AFTER_S and not _alive(int(pid.group(1))) if pid else age > ORPHAN_AFTER_S
+        if stale:
+            try:
+                path.unlink()
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True  # exists, another user's (or a number we cannot ask about): keep its file
+    return True
+
+
+def keep_in_fallback(path: Path, text: str) -> Path | None:
+    """Write `text` (what could not be stored at `path`) to a fallback file; its path, or None if none worked."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    name = f"{path.stem}.{stamp}.pid{os.getpid()}{path.suffix}"
+    for folder in (Path(tempfile.gettempdir()) / "gradalign-unsaved", Path.home() / "gradalign-unsaved"):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / name
+            target.write_text(text)
+            return target
+        except OSError:
+            continue
+    return None
 
 
 def non_finite_path(value: Any, path: str = "") -> str | None:
@@ -84,10 +199,26 @@ def _finite_float(text: str) -> float:
     return value
 
 
+class DuplicateKeyError(GradalignError, ValueError):
+    """A JSON object names a key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKeyError(f"has the key {key!r} twice in one object")
+        seen[key] = value
+    return seen
+
+
 def loads_strict(text: str) -> Any:
-    """json.loads that rejects NaN, Infinity, -Infinity and overflowing numbers (NonFiniteValueError naming where)."""
+    """json.loads that rejects NaN, Infinity, -Infinity and overflowing numbers (NonFiniteValueError naming where)
+    and an object with a key twice (DuplicateKeyError)."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        return json.loads(
+            text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
     except NonFiniteValueError as err:
         try:
             where = non_finite_path(json.loads(text))
@@ -97,9 +228,16 @@ def loads_strict(text: str) -> Any:
 
 
 def write_json_atomically(path: Path, value: Any) -> Path:
-    """Strict JSON (indent 1, sorted keys, trailing newline) written atomically; checked before any file opens."""
+    """Strict JSON (indent 1, sorted keys, trailing newline) written atomically; checked before any file opens.
+
+    When the write fails (a StorageError), the text is kept in a fallback file and the error names it."""
     text = dumps_strict(value, indent=1, sort_keys=True) + "\n"
-    return write_atomically(path, lambda handle: handle.write(text))
+    try:
+        return write_atomically(path, lambda handle: handle.write(text))
+    except StorageError as err:
+        kept = keep_in_fallback(path, text)
+        where = f"what was computed is kept in {kept}" if kept else "and no fallback file could be written either"
+        raise StorageError(f"{err}; {where} (copy it to {path} once there is room)") from None
 
 
 def read_json_strict(path: Path) -> Any:
@@ -115,7 +253,7 @@ def read_json_strict(path: Path) -> Any:
         raise StoredJSONError("is empty")
     try:
         return loads_strict(text)
-    except NonFiniteValueError as err:
+    except (NonFiniteValueError, DuplicateKeyError) as err:
         raise StoredJSONError(str(err)) from None
     except json.JSONDecodeError as err:
         cut = not err.msg.startswith("Extra data") and (err.pos >= len(body) or not body.endswith(("}", "]")))

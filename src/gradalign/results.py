@@ -19,6 +19,7 @@ from typing import Iterator
 from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, write_json_atomically
 from gradalign.config import config_digest
 from gradalign.environment import project_root
+from gradalign.schema import record_problem
 from gradalign.verdict import SCOPES, derive_verdict
 
 SCHEMA = 2
@@ -112,7 +113,7 @@ def _shape_problem(record: object) -> str | None:
     if "schema" in record and record["schema"] != SCHEMA:
         return f"has schema {record['schema']!r}, expected {SCHEMA}"
     missing = [key for key in REQUIRED if key not in record]
-    return f"lacks {', '.join(missing)}" if missing else None
+    return f"lacks {', '.join(missing)}" if missing else record_problem(record)  # fields and types: schema.py
 
 
 def _key_problem(record: dict, key: dict) -> str | None:

@@ -6,8 +6,11 @@ them. It lives at `<root>/runs/<kind>/<key>.json` with a digest of its content, 
 strict JSON, and is read back only when it parses, has this schema, kind, key, version and spec, and
 its digest matches; anything else is reported with a `RunCacheWarning` and recomputed. A computation
 may keep its in-progress checkpoint at `<key>.pt` beside the entry (deleted once the entry is written).
-root = `$GRADALIGN_CACHE`, else `${XDG_CACHE_HOME:-~/.cache}/gradalign`. Within `force_recompute()`
-(the CLI's --force) stored entries and checkpoints are ignored.
+root = `$GRADALIGN_CACHE`, else `${XDG_CACHE_HOME:-~/.cache}/gradalign`; an empty GRADALIGN_CACHE is refused.
+Within `force_recompute()` (the CLI's --force) stored entries and checkpoints are ignored.
+
+A run is computed under a lock of its key (`<key>.lock`, an flock released when its holder dies): a second
+process asking for the same run waits for the first and then reads its entry instead of training again.
 """
 
 from __future__ import annotations
@@ -22,11 +25,26 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from gradalign.atomic import StoredJSONError, content_digest, dumps_strict, read_json_strict, write_json_atomically
+from gradalign.atomic import (
+    StorageError,
+    StoredJSONError,
+    content_digest,
+    dumps_strict,
+    read_json_strict,
+    write_json_atomically,
+)
 from gradalign.errors import ConfigError
 
 SCHEMA = 1
 FIELDS = ("schema", "kind", "key", "version", "spec", "value", "digest")
+_TYPES = (
+    ("schema", int, "an integer"),
+    ("kind", str, "a string"),
+    ("key", str, "a string"),
+    ("version", int, "an integer"),
+    ("spec", dict, "an object"),
+    ("digest", str, "a string"),
+)
 
 # Entries recomputed inside the current force_recompute() block (None outside one): read back, not redone.
 _FORCED: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("gradalign_force_recompute", default=None)
@@ -41,6 +59,8 @@ warnings.simplefilter("always", RunCacheWarning)
 
 def cache_root() -> Path:
     """$GRADALIGN_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/gradalign; ConfigError when that is not a folder."""
+    if "GRADALIGN_CACHE" in os.environ and not os.environ["GRADALIGN_CACHE"].strip():
+        raise ConfigError("GRADALIGN_CACHE is set but empty; give it a folder, or unset it for the default")
     if os.environ.get("GRADALIGN_CACHE"):
         root, source = Path(os.environ["GRADALIGN_CACHE"]).expanduser(), "GRADALIGN_CACHE"
     else:
@@ -69,30 +89,93 @@ def run_key(kind: str, spec: dict, version: int) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def cached_run(kind: str, spec: dict, version: int, compute: Callable[[Path], object], root: Path | None = None) -> Any:
-    """The stored value of this run, else `compute(checkpoint_path)` stored; the value as JSON reads it back."""
+def cached_run(
+    kind: str,
+    spec: dict,
+    version: int,
+    compute: Callable[[Path], object],
+    root: Path | None = None,
+    *,
+    lock: bool = True,
+) -> Any:
+    """The stored value of this run, else `compute(checkpoint_path)` stored; the value as JSON reads it back.
+
+    `lock`: compute under the key's lock, so that an identical run elsewhere waits and then reads this one's
+    entry (False: only look, as `gradalign sweep` does to find what is missing)."""
     if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", kind):
         raise ValueError(f"run kind must be a plain name (letters, digits, _ . -); got {kind!r}")
     spec = json.loads(dumps_strict(spec))  # tuples become lists, as the entry stores them
     key = run_key(kind, spec, version)
     folder = (root or cache_root()) / "runs" / kind
     entry, checkpoint = folder / f"{key}.json", folder / f"{key}.pt"
+    expected = {"schema": SCHEMA, "kind": kind, "key": key, "version": version}
     forced = _FORCED.get()
+    if forced is None or entry in forced:
+        value = _usable(entry, expected, spec)
+        if value is not _MISSING:
+            return value
+    if not lock:
+        return _compute(entry, checkpoint, expected, spec, compute, forced)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StorageError(f"cannot write the run cache folder {folder}: {err.strerror or err}") from None
+    with _key_lock(folder / f"{key}.lock", f"{kind} run {key}"):
+        if forced is None:  # another process may have stored it while this one waited
+            value = _usable(entry, expected, spec, report=False)
+            if value is not _MISSING:
+                return value
+        return _compute(entry, checkpoint, expected, spec, compute, forced)
+
+
+_MISSING = object()
+
+
+def _usable(entry: Path, expected: dict, spec: dict, report: bool = True) -> Any:
+    """The entry's value, or _MISSING when there is none or it does not check (reported as a RunCacheWarning)."""
+    if not entry.exists():
+        return _MISSING
+    try:
+        return _read(entry, expected, spec)
+    except StoredJSONError as err:
+        if report:
+            warnings.warn(f"ignoring cached run {entry}: {err}; it will be recomputed", RunCacheWarning, stacklevel=3)
+        return _MISSING
+
+
+def _compute(entry: Path, checkpoint: Path, expected: dict, spec: dict, compute, forced: set | None) -> Any:
     if forced is not None and entry not in forced:
         checkpoint.unlink(missing_ok=True)
-    elif entry.exists():
-        try:
-            return _read(entry, {"schema": SCHEMA, "kind": kind, "key": key, "version": version}, spec)
-        except StoredJSONError as err:
-            warnings.warn(f"ignoring cached run {entry}: {err}; it will be recomputed", RunCacheWarning, stacklevel=2)
-    folder.mkdir(parents=True, exist_ok=True)
+    entry.parent.mkdir(parents=True, exist_ok=True)
     value = json.loads(dumps_strict(compute(checkpoint)))
-    document = {"schema": SCHEMA, "kind": kind, "key": key, "version": version, "spec": spec, "value": value}
+    document = {**expected, "spec": spec, "value": value}
+    document = {name: document[name] for name in FIELDS if name != "digest"}
     write_json_atomically(entry, {**document, "digest": content_digest(document)})
     checkpoint.unlink(missing_ok=True)
     if forced is not None:
         forced.add(entry)
     return value
+
+
+@contextlib.contextmanager
+def _key_lock(path: Path, what: str) -> Iterator[None]:
+    """Hold the flock at `path`; when another process holds it, say so on stderr once and wait."""
+    import sys
+
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(f"gradalign: waiting for another process computing the same {what} ({path})", file=sys.stderr)
+        lock.acquire()
+    except OSError as err:
+        raise StorageError(f"cannot lock {path}: {err.strerror or err}") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _read(entry: Path, expected: dict, spec: dict) -> Any:
@@ -103,6 +186,14 @@ def _read(entry: Path, expected: dict, spec: dict) -> Any:
     missing = [name for name in FIELDS if name not in document]
     if missing:
         raise StoredJSONError(f"lacks {', '.join(missing)}")
+    extra = sorted(set(document) - set(FIELDS))
+    if extra:
+        raise StoredJSONError(f"has fields an entry does not hold: {', '.join(extra)}")
+    for name, types, words in _TYPES:
+        if not isinstance(document[name], types) or isinstance(document[name], bool):
+            raise StoredJSONError(f"has {name} of type {type(document[name]).__name__}, expected {words}")
+    if not re.fullmatch(r"[0-9a-f]{64}", document["digest"]):
+        raise StoredJSONError("has a digest that is not 64 hex digits")
     for name, value in expected.items():
         if document[name] != value:
             raise StoredJSONError(f"has {name} {document[name]!r}, expected {value!r}")

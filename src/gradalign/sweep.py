@@ -145,6 +145,7 @@ def sweep(
 
     if executor not in EXECUTORS:
         raise ConfigError(f"unknown executor {executor!r}; choose one of: {', '.join(EXECUTORS)}")
+    check_job_options(executor, timeout_min, cpus_per_task, mem_gb, gpus_per_node, parallel)
     exp = get(element_id)
     cfg = exp.resolve(preset, overrides)  # validates before anything is submitted
     units = units_of(element_id, cfg)
@@ -179,6 +180,55 @@ def sweep(
         summary.failed[label] = f"its job finished but no entry is in the run cache {cache}"
     summary.stored = [label for label in summary.submitted if label not in still]
     return summary
+
+
+MAX_TIMEOUT_MIN = 60 * 24 * 30  # a month per job
+MAX_CPUS_PER_TASK = 1024
+MAX_MEM_GB = 64 * 1024.0
+MAX_GPUS_PER_NODE = 64
+
+
+def check_job_options(
+    executor: str,
+    timeout_min: object,
+    cpus_per_task: object = None,
+    mem_gb: object = None,
+    gpus_per_node: object = None,
+    parallel: object = None,
+) -> None:
+    """A ConfigError, before anything is submitted, for a job option that no executor could honour: a time,
+    core, memory or job count that is not positive, or more GPUs than the local machine has."""
+    _check_number("--timeout-min", timeout_min, 1, MAX_TIMEOUT_MIN, integer=True)
+    if cpus_per_task is not None:
+        _check_number("--cpus-per-task", cpus_per_task, 1, MAX_CPUS_PER_TASK, integer=True)
+    if mem_gb is not None:
+        _check_number("--mem-gb", mem_gb, 0, MAX_MEM_GB, integer=False)
+        if mem_gb <= 0:
+            raise ConfigError(f"--mem-gb must be > 0 (gigabytes per job); got {mem_gb!r}")
+    if parallel is not None:
+        _check_number("--parallel", parallel, 1, 100_000, integer=True)
+    if gpus_per_node is not None:
+        _check_number("--gpus-per-node", gpus_per_node, 0, MAX_GPUS_PER_NODE, integer=True)
+        if executor == "local" and gpus_per_node > 0:
+            import torch
+
+            present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if gpus_per_node > present:
+                raise ConfigError(
+                    f"--gpus-per-node {gpus_per_node}: the local executor runs jobs on this machine, which has "
+                    f"{present} GPU(s); ask for at most {present} or use --executor slurm"
+                )
+
+
+def _check_number(flag: str, value: object, low: float, high: float, integer: bool) -> None:
+    import math
+
+    kind = "an integer" if integer else "a number"
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type or not math.isfinite(value):
+        raise ConfigError(f"{flag} must be {kind}; got {value!r}")
+    if not low <= value <= high:
+        raise ConfigError(f"{flag} must be {kind} in [{low:g}, {high:g}]; got {value!r}")
 
 
 def make_executor(executor: str, folder: Path, options: dict[str, Any]):
@@ -237,21 +287,22 @@ def _first_line(error: Exception) -> str:
 
 def cmd_sweep(args) -> int:
     """0 when every unit is stored, 1 when some failed; bad input raises a ConfigError (the CLI: exit 2)."""
-    from gradalign.config import parse_override
+    from gradalign.config import check_preset, parse_overrides
 
+    check_preset(args.preset)
     summary = sweep(
         args.id,
         args.preset,
         args.executor,
         args.folder,
-        dict(parse_override(text) for text in args.set),
+        parse_overrides(args.set),
         partition=args.partition,
         gpus_per_node=args.gpus_per_node,
         cpus_per_task=args.cpus_per_task,
         timeout_min=args.timeout_min,
         mem_gb=args.mem_gb,
         parallel=args.parallel,
-        parameters=dict(parse_override(text) for text in args.param),
+        parameters=parse_overrides(args.param, "--param"),
     )
     for line in summary.lines():
         print(line)

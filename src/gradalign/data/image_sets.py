@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gradalign.config import DATA_SPLITS
 from gradalign.data.fashion_mnist import data_root, load_fashion_mnist
 from gradalign.errors import ConfigError, DataNotFoundError, GradalignError
 from gradalign.vision import import_torchvision
@@ -110,7 +111,7 @@ IMAGE_SETS = {
 }
 
 
-TRAIN_SIZES = {"fashion_mnist": 60_000, "cifar10": 50_000, "cifar100": 50_000, "svhn": 73_257, "stl10": 5_000}
+TRAIN_SIZES = {name: splits["train"] for name, splits in DATA_SPLITS.items()}
 """Images in each training split (labeled), to check label counts before any data is read."""
 
 
@@ -282,8 +283,13 @@ def channel_mean_std(
 
 
 def random_subset(images: torch.Tensor, labels: torch.Tensor, n: int, seed: int):
-    """`n` images drawn without replacement (seeded); all of them when n is 0 or at least the set's size."""
-    if n == 0 or n >= len(images):
+    """`n` images drawn without replacement (seeded); all of them when n is 0 or the set's size. More than the
+    set holds is refused (configs check their sizes before any data loads; this is the last guard)."""
+    if n > len(images):
+        raise ConfigError(
+            f"asked for {n:,} images of a split that holds {len(images):,}; sizes are refused, not capped"
+        )
+    if n == 0 or n == len(images):
         return images, labels
     keep = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))[:n]
     return images[keep], labels[keep]
