@@ -1,19 +1,30 @@
-"""Run an experiment, or load its stored record: preset -> config -> run -> record -> store."""
+"""Run an experiment, or load its stored record: preset -> config -> run -> record -> store.
+
+Inside a command's time box (`timebox`) an experiment that does not honour it is refused before any compute.
+A run stopped by the box (or by Ctrl-C) leaves its wall time in a ledger beside the run cache,
+`<cache>/parts/<id>/<preset>-<config hash>.json`; the record's `provenance.wall_time_s` is the sum over every
+part of its computation (and `provenance.parts` their number, when there were several), and the ledger is
+deleted once the record is stored. A divergence (`divergence`) stores nothing.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import time
+import warnings
+from pathlib import Path
 from typing import Any
 
 from gradalign.config import PRESET_ORDER_FOR_BOOK, check_preset
 from gradalign.environment import provenance
+from gradalign.errors import ConfigError
 from gradalign.experiments import get
 from gradalign.fingerprint import changed_files, code_fingerprint
 from gradalign.results import SCHEMA, ResultStore, part_of
-from gradalign.runcache import force_recompute
+from gradalign.runcache import cache_root, force_recompute
 from gradalign.runtime import check_device, pin_threads, seed_everything, select_device
+from gradalign.timebox import TimeBoxSpent, check_honoured
 
 
 def run(
@@ -38,13 +49,22 @@ def run(
         record = store.load(element_id, preset, digest, exp.version)
         if record is not None:
             return record
+    check_honoured(element_id)  # inside a time box: the experiment must be able to stop by it
     dev = select_device(device if exp.uses_accelerator else "cpu")  # provenance names where it ran
     pin_threads()
     seed_everything(cfg.seed)
+    ledger = PartsLedger(element_id, preset, digest)
+    if force:
+        ledger.clear()  # --force recomputes from scratch: earlier parts do not count
     start = time.perf_counter()
-    with force_recompute() if force else contextlib.nullcontext():
-        result = exp.run(cfg, dev)
-    wall = time.perf_counter() - start
+    try:
+        with force_recompute() if force else contextlib.nullcontext():
+            result = exp.run(cfg, dev)
+    except (TimeBoxSpent, KeyboardInterrupt):  # resumable: the next command goes on from the checkpoints
+        ledger.add(time.perf_counter() - start)
+        raise
+    earlier_seconds, earlier_parts = ledger.read()
+    wall = time.perf_counter() - start + earlier_seconds
     record = {
         "schema": SCHEMA,
         "id": element_id,
@@ -54,11 +74,64 @@ def run(
         "config_hash": digest,
         "experiment_version": exp.version,
         **result,
-        "provenance": {**provenance(dev, [cfg.seed], wall), "code": code_fingerprint(exp.run.__module__)},
+        "provenance": {
+            **provenance(dev, [cfg.seed], wall),
+            **({"parts": earlier_parts + 1} if earlier_parts else {}),
+            "code": code_fingerprint(exp.run.__module__),
+        },
     }
-    if os.environ.get("RANK", "").strip() in ("", "0"):  # under torchrun every rank computes; rank 0 stores
+    if _rank_zero():  # under torchrun every rank computes; rank 0 stores
         store.save(record)
+        ledger.clear()
     return record
+
+
+def _rank_zero() -> bool:
+    return os.environ.get("RANK", "").strip() in ("", "0")
+
+
+class PartsLedger:
+    """The wall time of the parts of a record's computation that a time box (or Ctrl-C) ended, so that the
+    record, computed at last, carries the time of all of them."""
+
+    def __init__(self, element_id: str, preset: str, digest: str):
+        try:
+            self.path = cache_root() / "parts" / element_id / f"{preset}-{digest}.json"
+        except ConfigError:  # no usable cache (the runs that need one say so): no ledger either
+            self.path = None
+
+    def read(self) -> tuple[float, int]:
+        """(seconds, parts) of the earlier parts; (0, 0) when there are none or the ledger is unreadable."""
+        from gradalign.atomic import read_json_strict
+
+        if self.path is None or not self.path.exists():
+            return 0.0, 0
+        try:
+            value = read_json_strict(self.path)
+            seconds, parts = value["seconds"], value["parts"]
+            ok = isinstance(seconds, (int, float)) and isinstance(parts, int) and seconds >= 0 and parts >= 1
+        except Exception:  # noqa: BLE001 (any damage: the ledger is a convenience, never a reason to fail)
+            ok = False
+        if not ok:
+            warnings.warn(f"ignoring the damaged wall-time ledger {self.path}", stacklevel=2)
+            return 0.0, 0
+        return float(seconds), parts
+
+    def add(self, seconds: float) -> None:
+        if self.path is None or not _rank_zero():
+            return
+        from gradalign.atomic import write_json_atomically
+
+        earlier, parts = self.read()
+        try:
+            write_json_atomically(self.path, {"seconds": round(earlier + seconds, 3), "parts": parts + 1})
+        except Exception as err:  # noqa: BLE001 (never hide the stop that brought us here)
+            warnings.warn(f"could not keep the wall time of this part in {self.path}: {err}", stacklevel=2)
+
+    def clear(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                Path(self.path).unlink(missing_ok=True)
 
 
 def stored_record(

@@ -1,15 +1,18 @@
 """A time box for one command: `gradalign run <id> --time-limit MINUTES`.
 
 GPU time comes in short commands (DESIGN.md, presets: a `gpu` experiment runs in resumable chunks of at most
-8 minutes). Inside a box, a long training run hands the seconds left to the one loop (`time_limit_s`), which
-stops after the evaluation where another window would overrun, with its checkpoint written; the run then
-raises `TimeBoxSpent`, so that nothing incomplete is cached or recorded. Runs already finished are in the run
-cache. The same command, run again, resumes: finished runs load, the interrupted one continues from its
-checkpoint (bitwise on CPU), and the record is written once the last run ends.
+8 minutes). Inside a box, every training run on the one loop (`training.loop`) reads the seconds left: it does
+not begin once the box has closed, and a checkpointed run stops after the evaluation (or checkpoint) where
+another window would overrun, with its checkpoint written; the run then raises `TimeBoxSpent`, so that nothing
+incomplete is cached or recorded. Runs already finished are in the run cache. The same command, run again,
+resumes: finished runs load, the interrupted one continues from its checkpoint (bitwise on CPU), and the record
+is written once the last run ends, with the wall time of every part (`runner`).
 
-Runs that honour the box: the LGA benchmark's (`training.ssl`) and IsoLoss Table 1's (`experiments.isoloss.
-deep_siamese`). Others resume from their last checkpoint when a command is killed (every evaluation writes one,
-atomically); giving them the box means an edit to their module, which marks their records stale.
+`TIME_BOXED` names the experiments whose long computations are such runs (the LGA benchmark's, `training.ssl`;
+the meta-gradient runs, `training.semimeta`; IsoLoss Table 1's, `training.siamese`; SGR's local and BP-free
+runs, `training.local`). Every other experiment computes in one piece (an analytic element, the synthetic
+LGA study's batched trials, the ImageNet runs under torchrun): `gradalign run <id> --time-limit` refuses it
+before any compute (`check_honoured`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,31 @@ import time
 from gradalign.errors import ConfigError, GradalignError
 
 _deadline: float | None = None
+
+
+TIME_BOXED = frozenset(
+    {
+        "lga.fig5",
+        "lga.fig6",
+        "lga.fig7",
+        "lga.tab1",
+        "metagrad.tab1",
+        "metagrad.tab2",
+        "metagrad.tab4",
+        "metagrad.fig2",
+        "metagrad.fig3",
+        "isoloss.tab1",
+        "sgr.tab3",
+        "sgr.tab4",
+        "sgr.tab6",
+        "sgr.tab7",
+        "sgr.fig2",
+        "sgr.fig3",
+        "sgr.fig4",
+    }
+)
+"""The experiments that honour a command's time box: each trains its runs on the one loop, checkpointed and
+cached one by one."""
 
 
 class TimeBoxSpent(GradalignError):
@@ -45,6 +73,15 @@ def check_minutes(minutes: float | None) -> None:
         return
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not math.isfinite(minutes) or minutes <= 0:
         raise ConfigError(f"the time limit must be a positive number of minutes; got {minutes!r}")
+
+
+def check_honoured(element_id: str) -> None:
+    """Inside a box, before any compute: ConfigError unless `element_id` honours the box (`TIME_BOXED`)."""
+    if _deadline is not None and element_id not in TIME_BOXED:
+        raise ConfigError(
+            f"{element_id} computes in one piece and cannot stop at a time limit; run it without --time-limit "
+            f"(experiments that honour it: {', '.join(sorted(TIME_BOXED))})"
+        )
 
 
 @contextlib.contextmanager

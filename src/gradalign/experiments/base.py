@@ -59,7 +59,16 @@ def outcome(
 
     `checks` test the paper's claims; `targets` (same form) test the project's own goals, such as a speed
     ratio, and are shown as benchmark results apart from the verdict (DESIGN.md, "A verdict").
+    No checks is no verdict: a ConfigError (the settings left nothing to compare, e.g. a method list without
+    the methods the claims compare), so that no record claims one.
     """
+    if not checks:
+        from gradalign.errors import ConfigError
+
+        raise ConfigError(
+            "these settings leave no check of the paper's claims, and a record without checks is not a verdict; "
+            "keep the methods, arms or sizes that the claims compare (see the config's defaults)"
+        )
     result = {
         "metrics": metrics or {},
         "curves": curves or {},
