@@ -20,9 +20,9 @@ from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, 
 from gradalign.config import config_digest
 from gradalign.environment import project_root
 from gradalign.schema import record_problem
-from gradalign.verdict import SCOPES, derive_verdict
+from gradalign.verdict import EVIDENCE, RULES, SCOPES, derive_verdict
 
-SCHEMA = 2
+SCHEMA = 3  # 3: evidence, preconditions and the verdict rules they were derived under (`gradalign.verdict`)
 REQUIRED = (
     "schema",
     "id",
@@ -34,6 +34,9 @@ REQUIRED = (
     "metrics",
     "curves",
     "checks",
+    "preconditions",
+    "evidence",
+    "rules",
     "scope",
     "verdict",
     "provenance",
@@ -133,16 +136,29 @@ def _content_problem(record: dict) -> str | None:
         or config_digest(record["config"], record["experiment_version"]) != record["config_hash"]
     ):
         return "has a config that does not hash to its key"
-    for key in ("checks", "targets"):
+    for key in ("checks", "targets", "preconditions"):
         checks = record.get(key, {})
         if not isinstance(checks, dict) or not all(
-            isinstance(c, dict) and isinstance(c.get("passed"), bool) for c in checks.values()
+            isinstance(c, dict)
+            and isinstance(c.get("passed"), bool)
+            and isinstance(c.get("within_noise", False), bool)
+            and isinstance(c.get("rule", ""), str)
+            for c in checks.values()
         ):
             return f"has malformed {key} (each must be an object with a true/false 'passed')"
     checks = record["checks"]
+    if not checks:
+        return "has no checks (a record with no checks has no verdict)"
     if record["scope"] not in SCOPES:
         return f"has scope {record['scope']!r}, expected one of {', '.join(SCOPES)}"
-    derived, stored = derive_verdict(checks, record["scope"]), record["verdict"]
+    if record["evidence"] not in EVIDENCE:
+        return f"has evidence {record['evidence']!r}, expected one of {', '.join(EVIDENCE)}"
+    if record["rules"] != RULES:
+        return f"was judged under verdict rules {record['rules']!r}, expected {RULES} (gradalign.rederive updates it)"
+    if record["evidence"] == "analytic" and record["preconditions"]:
+        return "is analytic but has preconditions"
+    derived = derive_verdict(checks, record["scope"], record["preconditions"], record["evidence"])
+    stored = record["verdict"]
     if not _same_verdict(stored, derived):
         return (
             f"has a verdict that does not follow from its checks "
@@ -154,13 +170,15 @@ def _content_problem(record: dict) -> str | None:
 
 
 def _same_verdict(stored: object, derived: dict) -> bool:
-    """Equal status and the same failed checks, in any order (stored checks are key-sorted, outcomes are not)."""
+    """Equal status and the same failed, unmet and undecided checks, in any order."""
     return (
         isinstance(stored, dict)
         and set(stored) == set(derived)
         and stored["status"] == derived["status"]
-        and isinstance(stored["failed"], list)
-        and sorted(map(str, stored["failed"])) == sorted(derived["failed"])
+        and all(
+            isinstance(stored[k], list) and sorted(map(str, stored[k])) == sorted(derived[k])
+            for k in ("failed", "unmet", "within_noise")
+        )
     )
 
 

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from gradalign.assess import assess
 from gradalign.config import PRESET_ORDER_FOR_BOOK, check_preset
 from gradalign.environment import provenance
 from gradalign.errors import ConfigError
@@ -80,6 +81,7 @@ def run(
             "code": code_fingerprint(exp.run.__module__),
         },
     }
+    assess(record)  # evidence, claims, preconditions and verdict under the current rules
     if _rank_zero():  # under torchrun every rank computes; rank 0 stores
         store.save(record)
         ledger.clear()

@@ -8,7 +8,8 @@ import torch
 
 from gradalign.config import Config, require
 from gradalign.data.image_sets import IMAGE_SETS
-from gradalign.experiments.base import Experiment, check, outcome, plural, scale_text
+from gradalign.experiments.base import Experiment, outcome, plural, scale_text
+from gradalign.experiments.rules import compare, summary
 from gradalign.training.siamese import SiameseSettings
 
 NB_DEEP = "notebooks/isoloss/03_deep_siamese.ipynb"
@@ -27,9 +28,9 @@ class DeepSiameseConfig(Config):
     `siamese.loss`, `siamese.ema`, `siamese.epochs` (from `epochs`) and `siamese.seed` of each run."""
 
     datasets: tuple[str, ...] = ("fashion_mnist",)
-    epochs: tuple[int, ...] = (8,)  # one per data set (paper: CIFAR-10 800, STL-10 100)
-    seeds: int = 1  # paper: 4
-    train_subset: int = 10_000  # 0: the whole training split (plus STL-10's unlabeled split)
+    epochs: tuple[int, ...] = (16,)  # one per data set (paper: CIFAR-10 800, STL-10 100); cpu: ours, see the page
+    seeds: int = 3  # paper: 4; 3 is the fewest the verdict rules accept
+    train_subset: int = 5_000  # 0: the whole training split (plus STL-10's unlabeled split); cpu: ours
     test_subset: int = 10_000  # 0: the whole test split
     siamese: SiameseSettings = SiameseSettings(
         width=0.25, projector_hidden=512, projector_dim=64, warmup_epochs=1, crop_scale_min=0.2
@@ -70,26 +71,46 @@ class DeepSiameseConfig(Config):
         return replace(self.siamese, loss=loss, ema=ema, epochs=epochs, seed=seed)
 
 
-def siamese_checks(name: str, acc: dict) -> dict[str, dict]:
-    """Table 1's checks on data set `name`: `acc` maps each variant ("L/ema", "L/no_ema", "iso/ema", "iso/no_ema")
-    to its mean linear-probe accuracy in percent."""
+TITLES = {
+    "L/ema": "L with EMA",
+    "L/no_ema": "L without EMA",
+    "iso/ema": "L_iso with EMA",
+    "iso/no_ema": "L_iso without EMA",
+}
+
+
+def siamese_checks(name: str, probe: dict) -> dict[str, dict]:
+    """Table 1's checks on data set `name`: `probe` maps each variant ("L/ema", "L/no_ema", "iso/ema", "iso/no_ema")
+    to its linear-probe accuracies in percent, one per seed; each comparison over seeds, beyond 2 SE."""
+
+    def vs(a: str, b: str, relation: str, claim: str) -> dict:
+        return compare(
+            summary(probe[a]),
+            summary(probe[b]),
+            relation=relation,
+            higher_is_better=True,
+            quantity="linear-probe accuracy",
+            names=(TITLES[a], TITLES[b]),
+            claim=claim,
+        )
+
     return {
-        f"{name}_iso_keeps_accuracy_without_ema": check(
-            acc["iso/no_ema"] >= acc["iso/ema"] - 3,
-            acc,
-            "probe accuracy of L_iso without EMA >= with EMA - 3 points",
+        f"{name}_iso_keeps_accuracy_without_ema": vs(
+            "iso/no_ema",
+            "iso/ema",
+            "at_least",
             "L_iso without the EMA target keeps its accuracy (paper: 73.5 vs 72.5 CIFAR-10, 65.7 vs 67.1 STL-10)",
         ),
-        f"{name}_L_loses_accuracy_without_ema": check(
-            acc["L/no_ema"] <= acc["L/ema"] - 5,
-            acc,
-            "probe accuracy of L without EMA <= with EMA - 5 points",
+        f"{name}_L_loses_accuracy_without_ema": vs(
+            "L/ema",
+            "L/no_ema",
+            "beats",
             "L loses much of its accuracy without the EMA target (paper: -14.1 CIFAR-10, -30.8 STL-10)",
         ),
-        f"{name}_iso_beats_L_without_ema": check(
-            acc["iso/no_ema"] >= acc["L/no_ema"] + 5,
-            acc,
-            "without EMA, L_iso's probe accuracy >= L's + 5 points",
+        f"{name}_iso_beats_L_without_ema": vs(
+            "iso/no_ema",
+            "L/no_ema",
+            "beats",
             "without the EMA target IsoLoss outperforms the baseline by a large margin",
         ),
     }
@@ -156,7 +177,7 @@ def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
     for name in cfg.datasets:
         checks.update(
             siamese_checks(
-                name, {k.split("/", 1)[1]: v["probe_mean"] for k, v in metrics.items() if k.startswith(name + "/")}
+                name, {k.split("/", 1)[1]: v["probe"] for k, v in metrics.items() if k.startswith(name + "/")}
             )
         )
     return outcome(
@@ -172,6 +193,7 @@ def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
 TAB1_PRESETS = {
     "smoke": {
         "epochs": (1,),
+        "seeds": 1,
         "siamese.warmup_epochs": 0,
         "train_subset": 512,
         "test_subset": 256,
@@ -185,7 +207,7 @@ TAB1_PRESETS = {
     "gpu": {
         "epochs": (100,),
         "siamese.warmup_epochs": 10,
-        "seeds": 2,
+        "seeds": 3,
         "train_subset": 0,
         "test_subset": 0,
         "siamese.width": 1.0,
@@ -239,7 +261,7 @@ EXPERIMENTS = [
         NB_DEEP,
         uses_accelerator=True,
         note="cpu/gpu presets on Fashion-MNIST (the paper: CIFAR-10 and STL-10); cpu also with a narrower VGG11, "
-        "a 10,000-image subset, few epochs and one seed",
+        "a 5,000-image subset, 16 epochs and 3 seeds",
         choices=TAB1_CHOICES,
         scale=table1_scale,
     ),

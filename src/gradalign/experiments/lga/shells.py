@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from gradalign.config import Config, require
+from gradalign.experiments.rules import compare, summary
 from gradalign.experiments.base import check, Experiment, outcome, plural, same_as_cpu, scale_text
 from gradalign.run_unit import Unit
 from gradalign.training.shells import ShellsTrialSettings
@@ -177,6 +178,10 @@ def shells_study(cfg: ShellsStudyConfig) -> tuple[dict, dict]:
         finals[method] = {
             name: [t[method][name][0] for t in trials] for name in ("final_test_accuracy", "final_test_loss")
         }
+        finals[method]["best_test_accuracy"] = [max(t[method]["test_accuracy"]) for t in trials]
+        finals[method]["best_test_loss"] = [min(t[method]["test_loss"]) for t in trials]
+        later = [t[method]["alignment"][1:] for t in trials]  # step 0 is the same network for both
+        finals[method]["mean_alignment"] = [sum(a) / len(a) for a in later]
     return curves, finals
 
 
@@ -184,14 +189,22 @@ def _paired_wins(a: list[float], b: list[float]) -> int:
     return sum(x > y for x, y in zip(a, b))
 
 
-def figure3_checks(mean_alignment: dict, above: int, evaluations: int) -> dict[str, dict]:
-    """Figure 3's checks: the mean alignment over training per method ("lga", "supervised") and at how many of
-    the evaluations after step 0 LGA's mean lies above supervised's."""
+def _trials_compare(per_trial: dict, name: str, higher: bool, quantity: str, claim: str) -> dict:
+    """LGA against supervised on a per-trial quantity (`per_trial[method][name]`), over trials, 2 SE."""
+    a, b = (summary(per_trial[m][name]) for m in ("lga", "supervised"))
+    names = ("LGA", "supervised")
+    return compare(a, b, relation="beats", higher_is_better=higher, quantity=quantity, names=names, claim=claim)
+
+
+def figure3_checks(per_trial: dict, above: int, evaluations: int) -> dict[str, dict]:
+    """Figure 3's checks: each trial's mean alignment over training per method ("lga", "supervised"), and at how
+    many of the evaluations after step 0 LGA's mean over trials lies above supervised's."""
     return {
-        "lga_alignment_larger": check(
-            mean_alignment["lga"] > mean_alignment["supervised"],
-            mean_alignment,
-            "mean alignment over training (after step 0), LGA > supervised",
+        "lga_alignment_larger": _trials_compare(
+            per_trial,
+            "mean_alignment",
+            True,
+            "mean alignment over training (after step 0)",
             "the alignment is larger when using LGA compared to the supervised baseline",
         ),
         "lga_larger_most_of_training": check(
@@ -205,7 +218,7 @@ def figure3_checks(mean_alignment: dict, above: int, evaluations: int) -> dict[s
 
 def figure3(cfg: ShellsStudyConfig, device) -> dict:
     """Figure 3: the alignment (Eq. 13) of each algorithm's updates over training."""
-    curves, _ = shells_study(cfg)
+    curves, finals = shells_study(cfg)
     lga, sup = curves["lga/alignment/mean"], curves["supervised/alignment/mean"]
     later = slice(1, None)  # step 0 is the same network for both
     mean_lga = sum(lga[later]) / len(lga[later])
@@ -216,30 +229,34 @@ def figure3(cfg: ShellsStudyConfig, device) -> dict:
         "steps_lga_above": above,
         "evaluations": len(lga) - 1,
         "trials": cfg.trials,
+        "per_trial": {m: {"mean_alignment": finals[m]["mean_alignment"]} for m in ("lga", "supervised")},
     }
-    checks = figure3_checks(metrics["mean_alignment"], above, len(lga) - 1)
+    checks = figure3_checks(metrics["per_trial"], above, len(lga) - 1)
     return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
 
 
-def figure4_checks(final_test_loss: dict, final_test_accuracy: dict, best_test_accuracy: dict) -> dict[str, dict]:
-    """Figure 4's checks on the means over trials, each given per method ("lga", "supervised")."""
+def figure4_checks(per_trial: dict) -> dict[str, dict]:
+    """Figure 4's checks over trials (`per_trial[method][quantity]`, one value per trial), each beyond 2 SE."""
     return {
-        "lga_lower_test_loss": check(
-            final_test_loss["lga"] < final_test_loss["supervised"],
-            final_test_loss,
-            "mean final test loss, LGA < supervised",
+        "lga_lower_test_loss": _trials_compare(
+            per_trial,
+            "final_test_loss",
+            False,
+            "final test loss",
             "LGA improves the test loss over the supervised baseline",
         ),
-        "lga_higher_test_accuracy": check(
-            final_test_accuracy["lga"] > final_test_accuracy["supervised"],
-            final_test_accuracy,
-            "mean final test accuracy, LGA > supervised",
+        "lga_higher_test_accuracy": _trials_compare(
+            per_trial,
+            "final_test_accuracy",
+            True,
+            "final test accuracy",
             "LGA improves the test accuracy over the supervised baseline",
         ),
-        "lga_higher_best_accuracy": check(
-            best_test_accuracy["lga"] > best_test_accuracy["supervised"],
-            best_test_accuracy,
-            "best mean test accuracy over training, LGA > supervised",
+        "lga_higher_best_accuracy": _trials_compare(
+            per_trial,
+            "best_test_accuracy",
+            True,
+            "best test accuracy over training",
             "with early stopping (§3.1), LGA's best accuracy beats the baseline's",
         ),
     }
@@ -261,8 +278,9 @@ def figure4(cfg: ShellsStudyConfig, device) -> dict:
         "trials_lga_better_loss": _paired_wins(sup["final_test_loss"], lga["final_test_loss"]),
         "trials_lga_better_accuracy": _paired_wins(lga["final_test_accuracy"], sup["final_test_accuracy"]),
         "trials": cfg.trials,
+        "per_trial": finals,
     }
-    checks = figure4_checks(metrics["final_test_loss"], metrics["final_test_accuracy"], metrics["best_test_accuracy"])
+    checks = figure4_checks(finals)
     return outcome(checks, metrics, curves, scope="exact" if cfg.trials >= 25 else "reduced")
 
 

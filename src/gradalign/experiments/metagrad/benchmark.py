@@ -4,10 +4,10 @@ number of labels).
 
 All four read the same kind of run (`training.semimeta`, run cache kind `metagrad.ssl`), so the runs they share
 (Table 4's rows 1 and 4 are Table 1's and Figure 3's) train once. `paper` follows App. C on SVHN, CIFAR-10 and
-CIFAR-100; `cpu` and `gpu` substitute Fashion-MNIST and a narrower Conv-Large, named on the page. Decision rule:
-A better than B when its mean error over seeds is lower (`ssl_runs.lower`), on the paper's number (the best test
-error over training); every check's value carries the means, the difference and its standard error, and the
-page shows the validation-selected errors beside them.
+CIFAR-100; `cpu` and `gpu` substitute Fashion-MNIST and a narrower Conv-Large, named on the page. Decision rule
+(`experiments.rules.compare`): A beats B when its mean error over seeds is lower by more than 2 standard errors of
+the difference, on the paper's number (the best test error over training); every check's value carries the means,
+the difference and its standard error, and the page shows the validation-selected errors beside them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradalign.config import require
-from gradalign.experiments.base import Experiment, check, outcome
+from gradalign.experiments.base import Experiment, outcome
 from gradalign.experiments.metagrad.ssl_runs import (
     CPU,
     GPU,
@@ -26,14 +26,14 @@ from gradalign.experiments.metagrad.ssl_runs import (
     SemiMetaConfig,
     column_name,
     curves_of,
-    lower,
     run_group,
     ssl_scale,
     still_improving,
     summary,
     variant_title,
 )
-from gradalign.experiments.seed_stats import difference, stats
+from gradalign.experiments.rules import all_of, compare
+from gradalign.experiments.seed_stats import stats
 from gradalign.methods.semimeta import VARIANTS
 from gradalign.training.semimeta import SemiMetaProtocol
 
@@ -58,10 +58,6 @@ def _prefixed(cfg, dataset, labels, name):
     return name if len(cfg.columns) == 1 else f"{column_name(dataset, labels)}_{name}"
 
 
-def _diff(a: dict, b: dict) -> dict:
-    return difference(a["best_test_error"], b["best_test_error"])
-
-
 def _improving(runs: dict) -> list[int]:
     every = [r for group in runs.values() for r in group]
     return [sum(still_improving(r) for r in every), len(every)]
@@ -70,17 +66,22 @@ def _improving(runs: dict) -> list[int]:
 # --- Table 4 -----------------------------------------------------------------------------------------------
 
 
+def _better(table: dict, a: str, b: str, claim: str, metric: str = "best_test_error") -> dict:
+    """ "A beats B" on the mean error over seeds, beyond 2 standard errors (`rules.compare`)."""
+    return compare(
+        table[a][metric],
+        table[b][metric],
+        relation="beats",
+        higher_is_better=False,
+        quantity="best test error",
+        names=(variant_title(a), variant_title(b)),
+        claim=claim,
+    )
+
+
 def table4_checks(table: dict) -> dict[str, dict]:
     """`table[variant]` = summary of one column; the paper's three claims of §4.3."""
-    return {
-        name: check(
-            lower(table[better], table[worse]),
-            _diff(table[better], table[worse]),
-            f"mean best test error of {variant_title(better)} < {variant_title(worse)}'s (a: {variant_title(better)})",
-            f"{claim} (Table 4)",
-        )
-        for name, better, worse, claim in TABLE4_CLAIMS
-    }
+    return {name: _better(table, better, worse, f"{claim} (Table 4)") for name, better, worse, claim in TABLE4_CLAIMS}
 
 
 def table4(cfg: SemiMetaConfig, device) -> dict:
@@ -101,14 +102,8 @@ def table4(cfg: SemiMetaConfig, device) -> dict:
 
 
 def table1_checks(table: dict) -> dict[str, dict]:
-    return {
-        "method_beats_labeled_only": check(
-            lower(table["meta_mixup"], table["labeled_only"]),
-            _diff(table["meta_mixup"], table["labeled_only"]),
-            "mean best test error of meta + mixup < labeled-only's (a: meta + mixup)",
-            "the method learns from the unlabeled data: its error is well below labeled-only training (Tables 1, 4)",
-        )
-    }
+    claim = "the method learns from the unlabeled data: its error is well below labeled-only training (Tables 1, 4)"
+    return {"method_beats_labeled_only": _better(table, "meta_mixup", "labeled_only", claim)}
 
 
 def table1(cfg: SemiMetaConfig, device) -> dict:
@@ -135,13 +130,11 @@ def against_labeled_only(cfg: SemiMetaConfig, device, paper_columns) -> dict:
 
 def figure2_checks(points: dict) -> dict[str, dict]:
     """`points[column]` = {variant: summary}: the method below labeled-only at every number of labels."""
-    gaps = {c: _diff(p["meta_mixup"], p["labeled_only"]) for c, p in points.items()}
+    claim = "the method's error is below the labeled-only baseline for every number of labels (Figure 2)"
+    parts = {c: _better(p, "meta_mixup", "labeled_only", claim) for c, p in points.items()}
     return {
-        "method_below_baseline_everywhere": check(
-            all(lower(p["meta_mixup"], p["labeled_only"]) for p in points.values()),
-            gaps,
-            "at every number of labels: mean best test error of meta + mixup < labeled-only's",
-            "the method's error is below the labeled-only baseline for every number of labels (Figure 2)",
+        "method_below_baseline_everywhere": all_of(
+            parts, "at every number of labels: meta + mixup beats labeled-only (best test error, 2 SE)", claim
         )
     }
 
@@ -166,13 +159,15 @@ FIGURE2_PAPER_COLUMNS = tuple(("svhn", n) for n in (250, 500, 1000, 2000)) + tup
 
 
 def figure3_checks(m: dict) -> dict[str, dict]:
-    base, ours = m["silhouette"]["labeled_only"], m["silhouette"]["meta_mixup"]
     return {
-        "method_clusters_test_features": check(
-            ours["mean"] > base["mean"],
-            difference(ours, base),
-            "mean silhouette score of the test features by class: meta + mixup > labeled-only (a: meta + mixup)",
-            "the method's features of unseen images cluster by class better than the labeled-only baseline's "
+        "method_clusters_test_features": compare(
+            m["silhouette"]["meta_mixup"],
+            m["silhouette"]["labeled_only"],
+            relation="beats",
+            higher_is_better=True,
+            quantity="silhouette score of the test features by class",
+            names=("meta + mixup", "labeled-only"),
+            claim="the method's features of unseen images cluster by class better than the labeled-only baseline's "
             "(Figure 3; our measure of what the figure shows)",
         )
     }

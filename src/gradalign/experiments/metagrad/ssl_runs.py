@@ -52,6 +52,7 @@ class SemiMetaConfig(Config):
         require(self, "width", self.width > 0, "must be > 0")
         require(self, "seeds", self.seeds >= 1, "must be >= 1")
         require(self, "form", self.form in ("fd", "jvp"), "must be 'fd' or 'jvp'")
+        require(self, "tsne_points", self.tsne_points >= 10, "must be >= 10 (Figure 3 embeds the runs these share)")
         for dataset, labels in self.columns:
             self.spec("meta_mixup", dataset, labels, self.seed).validate()
 
@@ -124,11 +125,6 @@ def summary(runs: list[dict]) -> dict:
     out["still_improving"] = sum(still_improving(r) for r in runs)
     out["train_seconds"] = sum(r["train_seconds"] for r in runs)
     return out
-
-
-def lower(a: dict, b: dict, metric: str = "best_test_error") -> bool:
-    """A better than B: a lower mean error over seeds."""
-    return a[metric]["mean"] < b[metric]["mean"]
 
 
 def curves_of(runs: list[dict]) -> dict:

@@ -14,22 +14,20 @@ data, width, protocol and seeds (the cpu, gpu and paper presets do). `paper` fol
 (and CIFAR-100 for Table 6): 200 epochs, 3 seeds. `cpu` and `gpu` substitute Fashion-MNIST, a narrower
 network, a train subset and fewer epochs, named in the config and on the page.
 
-Decision rules: `local_runs.beats` (A > B: higher mean over seeds) and `local_runs.at_least` (A ≥ B: lower
-by at most the standard error of the difference); Table 7's in `table7_checks`. Every check's value carries
-the means, the difference and that standard error.
+Decision rules: `experiments.rules.compare` (A beats B: higher mean over seeds by more than 2 standard errors of
+the difference; A at least B: not lower by more than 2 standard errors); Table 7's in `table7_checks`. Every
+check's value carries the means, the difference and that standard error.
 """
 
 from __future__ import annotations
 
 from gradalign.experiments.base import Experiment, check, outcome
+from gradalign.experiments.rules import all_of, compare
 from gradalign.experiments.sgr.local_runs import (
     Table3Config,
     Table6Config,
     Table7Config,
-    at_least,
-    beats,
     curves_of,
-    difference,
     local_scale,
     run_group,
     scope,
@@ -44,21 +42,28 @@ SGR_STABLE_POINTS = 5.0  # Table 7: SGR "stable" = every depth within 5 points o
 # --- Table 3 -----------------------------------------------------------------------------------------------
 
 
+def _accuracy(a: dict, b: dict, names: tuple[str, str], relation: str, claim: str) -> dict:
+    """A against B on the final test accuracy over seeds (`rules.compare`, 2 standard errors)."""
+    return compare(
+        a, b, relation=relation, higher_is_better=True, quantity="final test accuracy", names=names, claim=claim
+    )
+
+
 def table3_checks(table: dict) -> dict:
-    """`table[network][method]` = summary (mean, std, n of the final test accuracy): SGR above each other method,
+    """`table[network][method]` = summary (mean, std, n of the final test accuracy): SGR beats each other method,
     for every network."""
     checks = {}
     for other in ("layerwise", "reforward"):
         present = [net for net in table if other in table[net]]
         if not present:
             continue
-        checks[f"sgr_beats_{other}"] = check(
-            all(beats(table[net]["sgr"], table[net][other]) for net in present),
-            {net: difference(table[net]["sgr"], table[net][other]) for net in present},
-            f"mean final test accuracy of SGR > {TITLES[other]}'s, for every network (a: SGR, b: {TITLES[other]})",
+        claim = (
             f"SGR outperforms {TITLES[other].lower()} training of ResNet-32 and PlainNet-32 at K = 16 (Table 3: "
-            + ("85.65 vs 84.49 and 81.67 vs 80.66)" if other == "layerwise" else "85.65 vs 84.38 and 81.67 vs 80.74)"),
+            + ("85.65 vs 84.49 and 81.67 vs 80.66)" if other == "layerwise" else "85.65 vs 84.38 and 81.67 vs 80.74)")
         )
+        names = ("SGR", TITLES[other])
+        parts = {net: _accuracy(table[net]["sgr"], table[net][other], names, "beats", claim) for net in present}
+        checks[f"sgr_beats_{other}"] = all_of(parts, f"for every network: {parts[present[0]]['rule']}", claim)
     return checks
 
 
@@ -91,12 +96,17 @@ def table6_checks(table: dict, global_bp: dict | None) -> dict:
     others = [m for m in table if m != "sgr"]
     checks = {}
     if others:
-        checks["sgr_at_least_other_local_methods"] = check(
-            all(at_least(table["sgr"][k], table[m][k]) for m in others for k in splits),
-            {f"K={k}": {m: difference(table["sgr"][k], table[m][k]) for m in others} for k in splits},
-            "at every K and for every other local method: mean(SGR) − mean(other) >= −SE of the difference "
-            "(a: SGR, b: the other)",
-            "SGR outperforms or matches Greedy, DGL and InfoPro at every number of modules K (Table 6)",
+        claim = "SGR outperforms or matches Greedy, DGL and InfoPro at every number of modules K (Table 6)"
+        parts = {
+            f"K={k}/{m}": _accuracy(table["sgr"][k], table[m][k], ("SGR", TITLES[m]), "at_least", claim)
+            for k in splits
+            for m in others
+        }
+        checks["sgr_at_least_other_local_methods"] = all_of(
+            parts,
+            "at every K and for every other local method: SGR's final test accuracy not lower by more than 2 SE "
+            "of the difference (a tie counts); at least 3 seeds each",
+            claim,
         )
     if global_bp is not None and len(splits) >= 2:
         gaps = {f"K={k}": round(global_bp["mean"] - table["sgr"][k]["mean"], 3) for k in splits}
@@ -239,7 +249,8 @@ CHOICES = {
     "vgg": "Table 7's VGG: (d − 2) conv3×3 layers over five stages + 2 linear layers, BatchNorm after every conv "
     "(without it neither method trained VGG-12 here at lr 0.1); SGR with every conv layer a module (K = d − 2); "
     "a diverged run counts at chance accuracy ('fail')",
-    "rules": "A > B: mean over seeds higher; A ≥ B: lower by at most the standard error of the difference; "
+    "rules": "A beats B: mean over seeds higher by more than 2 SE of the difference; A at least B: not lower by "
+    "more than 2 SE (the book's rules); "
     "Table 7: global BP collapsed = below halfway from its shallowest accuracy to chance; SGR stable = "
     "within 5 points over depths",
     "denormals": "on the CPU denormal floats are flushed to zero during training (speed; VGG without BN)",

@@ -4,10 +4,8 @@ Every training run is stored once in the run cache (`training.local`, kind `sgr.
 `LocalRunSpec` alone, so runs that several tables need (Table 3's ResNet-32 SGR at K = 16 and Table 6's)
 train once. Summaries are over seeds: mean, sample std and count of the final test accuracy.
 
-Decision rules (our choice; the paper gives means ± std of an unstated number of seeds): for a claim
-"A > B" the mean of A over seeds must exceed B's (`beats`); for "A ≥ B" A's mean may fall below B's by at
-most the standard error of the difference, sqrt(s_A²/n_A + s_B²/n_B) (`at_least`: a tie within the seeds'
-spread counts as ≥).
+Decision rules: `experiments.rules` (A beats B by more than 2 standard errors of the difference; A at least
+as good as B unless lower by more than 2 standard errors; at least 3 seeds each).
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradalign.config import Config, require
-from gradalign.experiments.seed_stats import difference, stats
+from gradalign.experiments.seed_stats import stats
 from gradalign.experiments.base import plural, scale_text
 from gradalign.methods.local import LocalSettings
 from gradalign.training.local import SGRProtocol
@@ -177,16 +175,6 @@ def curves_of(runs: list[dict]) -> dict:
     out.update({name: [h[name] for h in kept] for name in names})
     out["sgr_by_module"] = [h["sgr_by_module"][-1] for h in kept]  # the last epoch's, per module
     return out
-
-
-def beats(a: dict, b: dict) -> bool:
-    """A > B: A's mean over seeds above B's."""
-    return a["mean"] > b["mean"]
-
-
-def at_least(a: dict, b: dict) -> bool:
-    """A ≥ B: A's mean no lower than B's by more than the standard error of the difference."""
-    return a["mean"] - b["mean"] >= -difference(a, b)["se"]
 
 
 def scope(cfg: LocalBPConfig, paper_datasets: tuple[str, ...]) -> str:

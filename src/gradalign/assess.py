@@ -1,0 +1,39 @@
+"""A record's evidence, claims, preconditions and verdict under the current rules (`gradalign.verdict`).
+
+`assess` runs after every experiment (`runner.run`) and on stored records made under earlier rules
+(`gradalign.rederive`): for an empirical element it re-derives the claim checks from the record's per-seed metrics
+(`experiments.validity`) and measures the preconditions of a valid test; an analytic element keeps its checks.
+When a stored record lacks what the current rules need, its own checks stand and the precondition
+"not yet evaluated under these rules" fails, so its verdict is inconclusive until the experiment is rerun.
+"""
+
+from __future__ import annotations
+
+from gradalign.experiments.rules import not_evaluated
+from gradalign.experiments.validity import EMPIRICAL, evidence_of
+from gradalign.verdict import RULES, derive_verdict
+
+
+def assess(record: dict) -> dict:
+    """`record` with "evidence", "checks", "preconditions", "verdict" and "rules" set under the current rules."""
+    evidence = evidence_of(record["id"])
+    checks, preconditions = record["checks"], {}
+    if evidence == "empirical":
+        measure, claims = EMPIRICAL[record["id"]]
+        try:
+            derived = claims(record) if claims else None
+            preconditions = measure(record)
+        except (KeyError, TypeError, IndexError, ValueError, ZeroDivisionError):
+            derived, preconditions = None, {"evaluated": not_evaluated()}
+        if derived:
+            checks = derived
+    if not checks:
+        raise ValueError(f"{record['id']}: a record with no checks has no verdict; the experiment checked nothing")
+    record.update(
+        evidence=evidence,
+        checks=dict(sorted(checks.items())),
+        preconditions=dict(sorted(preconditions.items())),
+        verdict=derive_verdict(checks, record["scope"], preconditions, evidence),
+        rules=RULES,
+    )
+    return record

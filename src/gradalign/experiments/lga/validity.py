@@ -1,0 +1,118 @@
+"""LGA part: the preconditions of its empirical elements and their claims re-derived from a stored record.
+
+Preconditions (`experiments.rules`): at least 3 seeds (or trials) per arm; the runs finished learning (validation
+error, the selection metric: it fell by less than `TOLERANCE` points over the last 20 % of evaluations in 80 % of
+runs); the supervised baseline fits its labels (eval-mode error on its own labeled training set at most
+`FIT_ERROR` %); the mechanism acted (LGA's imputed labels moved from their initial values: a mean total-variation
+distance of at least `MOVED`); and, on real data, the supervised baseline is near the book's reference. A quantity
+the runs did not record fails its precondition (`rules.not_recorded`).
+"""
+
+from __future__ import annotations
+
+from gradalign.experiments.rules import (
+    enough_seeds,
+    finished_learning,
+    fits_labels,
+    mechanism_active,
+    not_evaluated,
+    not_recorded,
+)
+
+TOLERANCE = 0.5  # error points over the last 20 % of evaluations (our choice)
+FIT_ERROR = 5.0  # % eval-mode error on the labeled training set (our choice)
+MOVED = 0.05  # mean total-variation distance of the imputed labels from their initial values (our choice)
+
+
+def _by_labels(record: dict) -> dict[str, dict]:
+    """{"method/labels": summary} of Figures 5-7 or Table 1."""
+    m = record["metrics"]
+    if "table" in m:
+        return {f"{meth}/{n}": s for meth, row in m["table"].items() for n, s in row["by_labels"].items()}
+    return {f"{col}/{meth}": s for col, row in m["columns"].items() for meth, s in row.items()}
+
+
+def _diagnostic(rows: dict[str, dict], name: str) -> dict[str, float | None]:
+    return {k: (s.get(name) if isinstance(s.get(name), (int, float)) else None) for k, s in rows.items()}
+
+
+def ssl(record: dict) -> dict:
+    rows = _by_labels(record)
+    runs = {
+        f"{meth}/{n}": c["val_error"]
+        for meth, by_n in record["curves"].items()
+        for n, c in by_n.items()
+        if isinstance(c, dict) and "val_error" in c
+    }
+    finished = (  # the record keeps the first seed's curve of each arm
+        finished_learning(runs, higher_is_better=False, tolerance=TOLERANCE, metric="validation error (%), first seed")
+        if runs
+        else not_recorded("the runs finished learning", "the validation error at every evaluation")
+    )
+    supervised = {k: v for k, v in _diagnostic(rows, "labeled_error").items() if "supervised" in k}
+    moved = {k: v for k, v in _diagnostic(rows, "imputed_moved").items() if "/lga" in f"/{k}"}
+    if moved and all(v is not None for v in moved.values()):
+        active = mechanism_active(
+            min(moved.values()) >= MOVED,
+            {k: round(v, 4) for k, v in moved.items()},
+            f"mean total-variation distance of the imputed labels from their initial values >= {MOVED:g}, in every "
+            "LGA run",
+            "LGA's imputed labels moved",
+        )
+    else:
+        active = not_recorded("the mechanism acted", "how far the imputed labels moved")
+    return {
+        "enough_seeds": enough_seeds({k: int(s["seeds"]) for k, s in rows.items()}),
+        "finished_learning": finished,
+        "fits_labels": fits_labels(supervised or {"supervised": None}, FIT_ERROR),
+        "mechanism_active": active,
+        "near_reference": not_recorded("the baseline is near the book's reference", "the book's supervised reference"),
+    }
+
+
+def shells(record: dict) -> dict:
+    if "per_trial" not in record["metrics"]:
+        return {"evaluated": not_evaluated()}
+    trials = record["config"]["trials"]
+    return {
+        "enough_seeds": enough_seeds({"lga": trials, "supervised": trials}),
+        "finished_learning": not_recorded("the runs finished learning", "each trial's validation curve"),
+        "fits_labels": not_recorded("the baseline fits its labels", "the supervised arm's labeled training error"),
+        "mechanism_active": not_recorded("the mechanism acted", "how far the imputed labels moved"),
+    }
+
+
+def fig_claims(record: dict) -> dict:
+    from gradalign.experiments.lga.ssl_benchmark import _figure_checks
+
+    return _figure_checks(record["metrics"]["table"], record["config"]["labels"])
+
+
+def tab1_claims(record: dict) -> dict:
+    from gradalign.experiments.lga.ssl_benchmark import table1_checks
+
+    return table1_checks(record["metrics"]["columns"], record["config"]["methods"])
+
+
+def fig3_claims(record: dict) -> dict | None:
+    from gradalign.experiments.lga.shells import figure3_checks
+
+    m = record["metrics"]
+    return figure3_checks(m["per_trial"], m["steps_lga_above"], m["evaluations"]) if "per_trial" in m else None
+
+
+def fig4_claims(record: dict) -> dict | None:
+    from gradalign.experiments.lga.shells import figure4_checks
+
+    m = record["metrics"]
+    return figure4_checks(m["per_trial"]) if "per_trial" in m else None
+
+
+VALIDITY = {
+    "lga.fig5": (ssl, fig_claims),
+    "lga.fig6": (ssl, fig_claims),
+    "lga.fig7": (ssl, fig_claims),
+    "lga.tab1": (ssl, tab1_claims),
+    "lga.fig3": (shells, fig3_claims),
+    "lga.fig4": (shells, fig4_claims),
+}

@@ -1,0 +1,123 @@
+"""Meta-gradient part: the preconditions of its benchmark elements and their claims re-derived from a record.
+
+Preconditions (`experiments.rules`): at least 3 seeds per variant; the runs finished learning (validation error,
+the selection metric: it fell by less than `TOLERANCE` points over the last 20 % of evaluations in 80 % of runs);
+the labeled-only baseline fits its labels (eval-mode error on its own labeled training set at most `FIT_ERROR` %);
+the mechanism acted (the pseudo-label update of the meta variants changed a share of the unlabeled predictions,
+at least `CHANGED_SHARE`); the labeled-only baseline is near the book's supervised reference. A quantity the runs
+did not record fails its precondition (`rules.not_recorded`).
+"""
+
+from __future__ import annotations
+
+from gradalign.experiments.rules import enough_seeds, finished_learning, fits_labels, mechanism_active, not_recorded
+
+TOLERANCE = 0.5  # error points over the last 20 % of evaluations (our choice)
+FIT_ERROR = 5.0  # % eval-mode error on the labeled training set (our choice)
+CHANGED_SHARE = 0.01  # share of unlabeled predictions the pseudo-label update changes (our choice)
+
+
+def _columns(record: dict) -> dict:
+    m = record["metrics"]
+    return m.get("table") or m.get("points") or {}
+
+
+def _finished(record: dict) -> dict:
+    curves = record["curves"]
+    runs = {
+        f"{key}/seed{i}": row
+        for key, c in curves.items()
+        if isinstance(c, dict) and "val_error" in c
+        for i, row in enumerate(c["val_error"])
+    }
+    if not runs:
+        return not_recorded("the runs finished learning", "the validation error at every evaluation")
+    return finished_learning(runs, higher_is_better=False, tolerance=TOLERANCE, metric="validation error (%)")
+
+
+def _fits(record: dict) -> dict:
+    errors = {}
+    for column, variants in _columns(record).items():
+        row = variants.get("labeled_only", {})
+        errors[column] = (
+            row.get("labeled_error", {}).get("mean") if isinstance(row.get("labeled_error"), dict) else None
+        )
+    return fits_labels(errors, FIT_ERROR)
+
+
+def _active(record: dict) -> dict:
+    shares = {}
+    for column, variants in _columns(record).items():
+        for variant, row in variants.items():
+            if variant.startswith("meta"):
+                changed = row.get("pseudo_changed")
+                shares[f"{column}/{variant}"] = changed.get("mean") if isinstance(changed, dict) else None
+    if not shares or any(v is None for v in shares.values()):
+        return not_recorded("the mechanism acted", "the share of unlabeled predictions the pseudo-label update changes")
+    return mechanism_active(
+        min(shares.values()) >= CHANGED_SHARE,
+        {k: round(v, 4) for k, v in shares.items()},
+        f"the pseudo-label update changes at least {CHANGED_SHARE:.0%} of the unlabeled predictions, in every meta "
+        "variant",
+        "the meta-gradient moved the pseudo labels",
+    )
+
+
+def benchmark(record: dict) -> dict:
+    counts = {
+        f"{column}/{variant}": row["best_test_error"]["n"]
+        for column, variants in _columns(record).items()
+        for variant, row in variants.items()
+    }
+    if not counts and "silhouette" in record["metrics"]:
+        counts = {v: s["n"] for v, s in record["metrics"]["silhouette"].items()}
+    return {
+        "enough_seeds": enough_seeds(counts),
+        "finished_learning": _finished(record),
+        "fits_labels": _fits(record),
+        "mechanism_active": _active(record),
+        "near_reference": not_recorded("the baseline is near the book's reference", "the book's supervised reference"),
+    }
+
+
+def _prefixed(record: dict, column: str, checks: dict) -> dict:
+    return {n if len(record["config"]["columns"]) == 1 else f"{column}_{n}": c for n, c in checks.items()}
+
+
+def tab4_claims(record: dict) -> dict:
+    from gradalign.experiments.metagrad.benchmark import table4_checks
+
+    out = {}
+    for column, table in record["metrics"]["table"].items():
+        out.update(_prefixed(record, column, table4_checks(table)))
+    return out
+
+
+def tab1_claims(record: dict) -> dict:
+    from gradalign.experiments.metagrad.benchmark import table1_checks
+
+    out = {}
+    for column, table in record["metrics"]["table"].items():
+        out.update(_prefixed(record, column, table1_checks(table)))
+    return out
+
+
+def fig2_claims(record: dict) -> dict:
+    from gradalign.experiments.metagrad.benchmark import figure2_checks
+
+    return figure2_checks(record["metrics"]["points"])
+
+
+def fig3_claims(record: dict) -> dict:
+    from gradalign.experiments.metagrad.benchmark import figure3_checks
+
+    return figure3_checks(record["metrics"])
+
+
+VALIDITY = {
+    "metagrad.tab4": (benchmark, tab4_claims),
+    "metagrad.tab1": (benchmark, tab1_claims),
+    "metagrad.tab2": (benchmark, tab1_claims),
+    "metagrad.fig2": (benchmark, fig2_claims),
+    "metagrad.fig3": (benchmark, fig3_claims),
+}

@@ -1,0 +1,164 @@
+"""SGR part: the preconditions of its empirical elements and their claims re-derived from a stored record.
+
+Preconditions (`experiments.rules`): at least 3 seeds per arm; the runs finished learning (final test accuracy,
+the number the paper reports: it rose by less than `TOLERANCE` points over the last 20 % of epochs in 80 % of
+runs); and the mechanism acted: the SGR term (Eq. 2, mean over modules 2 … K) at the last epoch of the SGR runs is
+at most half of layer-wise training's (Greedy's in Table 6, whose modules train alone as layer-wise ones do).
+"""
+
+from __future__ import annotations
+
+from gradalign.experiments.rules import enough_seeds, finished_learning, mechanism_active, not_evaluated, not_recorded
+
+TOLERANCE = 0.5  # accuracy points over the last 20 % of epochs (our choice)
+ACTIVE_RATIO = 0.5  # SGR's term at most half of layer-wise training's (issue rule)
+
+
+def _last_mean(rows: list[list]) -> float | None:
+    values = [row[-1] for row in rows if row and row[-1] is not None]
+    return sum(values) / len(values) if values and len(values) == len(rows) else None
+
+
+def _finished(curves: dict, keys: list[str]) -> dict:
+    runs = {f"{k}/seed{i}": row for k in keys for i, row in enumerate(curves[k]["test_acc"])}
+    return finished_learning(runs, higher_is_better=True, tolerance=TOLERANCE, metric="test accuracy (%)")
+
+
+def _seeds(curves: dict, keys: list[str]) -> dict:
+    return enough_seeds({k: len(curves[k]["test_acc"]) for k in keys})
+
+
+def _active(curves: dict, pairs: dict[str, tuple[str, str]], reference: str = "layer-wise") -> dict:
+    """`pairs[name]` = (SGR run key, reference run key): the term at the last epoch, SGR against the reference."""
+    values, ok = {}, True
+    for name, (sgr, other) in pairs.items():
+        a, b = _last_mean(curves[sgr]["sgr"]), _last_mean(curves[other]["sgr"])
+        if a is None or b is None:
+            return not_recorded("the mechanism acted", "the SGR term at the last epoch")
+        values[name] = {"sgr": round(a, 6), reference: round(b, 6), "ratio": round(a / b, 3) if b else None}
+        ok = ok and b > 0 and a <= ACTIVE_RATIO * b
+    return mechanism_active(
+        ok,
+        values,
+        f"mean SGR term at the last epoch with SGR <= {ACTIVE_RATIO:g} x {reference} training's, in every setting",
+        "SGR's term fell well below that of training without it",
+    )
+
+
+def _datasets(record: dict) -> list[str]:
+    return list(record["config"]["datasets"])
+
+
+def tab3(record: dict) -> dict:
+    c, cfg = record["curves"], record["config"]
+    keys = [f"{d}/{n}/{m}" for d in _datasets(record) for n in cfg["networks"] for m in cfg["methods"]]
+    pairs = {
+        f"{d}/{n}": (f"{d}/{n}/sgr", f"{d}/{n}/layerwise")
+        for d in _datasets(record)
+        for n in cfg["networks"]
+        if {"sgr", "layerwise"} <= set(cfg["methods"])
+    }
+    active = _active(c, pairs) if pairs else not_recorded("the mechanism acted", "an SGR and a layer-wise arm")
+    return {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(c, keys), "mechanism_active": active}
+
+
+def tab6(record: dict) -> dict:
+    c, cfg = record["curves"], record["config"]
+    keys = [f"{d}/{m}/K={k}" for d in _datasets(record) for m in cfg["methods"] for k in cfg["splits"]]
+    keys += [f"{d}/global_bp" for d in _datasets(record) if f"{d}/global_bp" in c]
+    pairs = {
+        f"{d}/K={k}": (f"{d}/sgr/K={k}", f"{d}/greedy/K={k}")
+        for d in _datasets(record)
+        for k in cfg["splits"]
+        if {"sgr", "greedy"} <= set(cfg["methods"])
+    }
+    active = _active(c, pairs, "Greedy") if pairs else not_recorded("the mechanism acted", "an SGR and a Greedy arm")
+    return {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(c, keys), "mechanism_active": active}
+
+
+def tab7(record: dict) -> dict:
+    c = record["curves"]
+    keys = sorted(c)
+    return {
+        "enough_seeds": _seeds(c, keys),
+        "finished_learning": _finished(c, keys),
+        "mechanism_active": not_recorded("the mechanism acted", "the SGR term of a layer-wise VGG at each depth"),
+    }
+
+
+def bp_free(record: dict) -> dict:
+    """Table 4 and Figures 2 and 4: SGR against layer-wise training of the same MLP."""
+    c = record["curves"]
+    keys = sorted(c)
+    pairs = {d: (f"{d}/sgr", f"{d}/layerwise") for d in _datasets(record) if f"{d}/layerwise" in c and f"{d}/sgr" in c}
+    active = _active(c, pairs) if pairs else not_recorded("the mechanism acted", "an SGR and a layer-wise arm")
+    return {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(c, keys), "mechanism_active": active}
+
+
+def fig3(record: dict) -> dict:
+    return {"evaluated": not_evaluated()}
+
+
+# --- claims from a stored record ----------------------------------------------------------------------------
+
+
+def _prefixed(record: dict, dataset: str, checks: dict) -> dict:
+    return {n if len(_datasets(record)) == 1 else f"{dataset}_{n}": c for n, c in checks.items()}
+
+
+def tab3_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.local_bp import table3_checks
+
+    out = {}
+    for d, table in record["metrics"]["table"].items():
+        out.update(_prefixed(record, d, table3_checks(table)))
+    return out
+
+
+def tab6_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.local_bp import table6_checks
+
+    out = {}
+    for d, table in record["metrics"]["table"].items():
+        by_k = {m: {int(k): s for k, s in row.items()} for m, row in table.items()}
+        out.update(_prefixed(record, d, table6_checks(by_k, record["metrics"]["global_bp"][d])))
+    return out
+
+
+def tab4_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.bp_free import table4_checks
+
+    out = {}
+    for d, table in record["metrics"]["table"].items():
+        out.update(_prefixed(record, d, table4_checks(table)))
+    return out
+
+
+def _figure_claims(record: dict, checks_of) -> dict:
+    c, out = record["curves"], {}
+    for d in _datasets(record):
+        out.update(_prefixed(record, d, checks_of(c[f"{d}/sgr"], c[f"{d}/layerwise"])))
+    return out
+
+
+def fig2_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.bp_free import figure2_checks
+
+    return _figure_claims(record, figure2_checks)
+
+
+def fig4_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.bp_free import figure4_checks
+
+    return _figure_claims(record, figure4_checks)
+
+
+VALIDITY = {
+    "sgr.tab3": (tab3, tab3_claims),
+    "sgr.tab6": (tab6, tab6_claims),
+    "sgr.tab7": (tab7, None),
+    "sgr.tab4": (bp_free, tab4_claims),
+    "sgr.fig2": (bp_free, fig2_claims),
+    "sgr.fig4": (bp_free, fig4_claims),
+    "sgr.fig3": (fig3, None),
+}

@@ -1,0 +1,23 @@
+"""Which elements are empirical, and how each one's preconditions and claims are derived from its record.
+
+An element listed here is *empirical* (`gradalign.verdict`): its verdict needs a valid test. Each entry is
+(preconditions, claims): `preconditions(record)` measures the test's validity from the record's metrics and
+curves; `claims(record)` re-derives the claim checks from the stored per-seed metrics under the current rules
+(None: the experiment's own checks stand). Every other element is analytic.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from gradalign.experiments.isoloss.validity import VALIDITY as ISOLOSS
+from gradalign.experiments.lga.validity import VALIDITY as LGA
+from gradalign.experiments.metagrad.validity import VALIDITY as METAGRAD
+from gradalign.experiments.sgr.validity import VALIDITY as SGR
+
+Assessment = tuple[Callable[[dict], dict], Callable[[dict], dict | None] | None]
+EMPIRICAL: dict[str, Assessment] = {**LGA, **METAGRAD, **ISOLOSS, **SGR}
+
+
+def evidence_of(element_id: str) -> str:
+    return "empirical" if element_id in EMPIRICAL else "analytic"

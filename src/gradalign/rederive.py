@@ -1,0 +1,65 @@
+"""Re-derive the verdicts of stored records under the current rules (`gradalign.verdict`), without retraining.
+
+A record made under earlier rules (schema 2) is first checked against its own digest: an edited record is left
+alone and reported. Its claims are then re-derived from its stored per-seed metrics and its preconditions measured
+from its metrics and curves (`assess`); where these do not suffice, its verdict is "inconclusive: not yet evaluated
+under these rules". The metrics, curves, config and provenance are kept as computed; the record gains
+`rederived` (the date, the rules, the schema it came from) and a new digest.
+
+    python -m gradalign.rederive            # every record under results/ (or $GRADALIGN_RESULTS)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+
+from gradalign.assess import assess
+from gradalign.atomic import StoredJSONError, read_json_strict
+from gradalign.elements import PARTS
+from gradalign.results import SCHEMA, ResultStore, record_digest
+from gradalign.verdict import RULES
+
+
+def rederive_file(path: Path, store: ResultStore) -> tuple[str, str | None, str]:
+    """(id, the verdict before, the verdict now) of one record file, rewritten in place; raises ValueError when
+    the file is not a sound record of its own schema."""
+    try:
+        record = read_json_strict(path)
+    except StoredJSONError as err:
+        raise ValueError(f"{path}: {err}") from None
+    if not isinstance(record, dict) or "digest" not in record or record_digest(record) != record["digest"]:
+        raise ValueError(f"{path}: its digest does not match its content (edited); left alone")
+    before = record.get("verdict", {}).get("status")
+    if record.get("schema") == SCHEMA and record.get("rules") == RULES:
+        return record["id"], before, before
+    came_from = record.get("schema")
+    for key in ("digest", "rederived"):
+        record.pop(key, None)
+    assess(record)
+    record["schema"] = SCHEMA
+    record["rederived"] = {"date": _dt.date.today().isoformat(), "rules": RULES, "from_schema": came_from}
+    written = store.save(record)
+    if written != path:  # the key did not change: same id, preset and config hash
+        raise ValueError(f"{path}: re-derived record would move to {written}")
+    return record["id"], before, record["verdict"]["status"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    store = ResultStore()
+    failures = 0
+    paths = sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json"))  # not the bench records
+    for path in paths:
+        try:
+            eid, before, now = rederive_file(path, store)
+        except ValueError as err:
+            print(f"skipped: {err}", file=sys.stderr)
+            failures += 1
+            continue
+        print(f"{eid} [{path.stem.split('-')[0]}]: {before} -> {now}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
