@@ -11,6 +11,7 @@ with status 2 and one line on stderr, `gradalign: error: ...`, before any data i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -38,9 +39,8 @@ def cmd_list(args) -> int:
 def cmd_run(args) -> int:
     """Check every input, resolve (and so validate) the config, then load the stored record or compute it."""
     from gradalign import runner
-    from gradalign.config import check_preset, parse_override
+    from gradalign.config import check_preset, parse_overrides
     from gradalign.experiments import get
-    from gradalign.results import ResultStore
     from gradalign.runtime import check_device, threads_from_env
     from gradalign.timebox import check_minutes, time_box
 
@@ -48,9 +48,10 @@ def cmd_run(args) -> int:
     check_device(args.device)
     check_preset(args.preset, allow_auto=True)
     check_minutes(args.time_limit)
-    overrides = dict(parse_override(text) for text in args.set)
+    overrides = parse_overrides(args.set)
     exp = get(args.id)
-    store = ResultStore(args.results) if args.results else ResultStore()
+    store = _result_store(args.results)
+    cache = _cache_root()
     _check_results_root(store.root)
     preset = _preset_to_run(exp, args, overrides, store)
     if args.show_config:
@@ -58,12 +59,17 @@ def cmd_run(args) -> int:
     stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)
     if stored is None:
         _check_writable(store.root)
-    with time_box(args.time_limit):
-        record = (
-            stored
-            if stored is not None
-            else runner.run(args.id, preset, overrides, force=args.force, store=store, device=args.device)
-        )
+        _prepare_storage(store.root, cache)
+        with _record_lock(cache, args.id, preset, exp.resolve(preset, overrides).digest(exp.version)):
+            stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)  # stored meanwhile
+            with time_box(args.time_limit):
+                record = (
+                    stored
+                    if stored is not None
+                    else runner.run(args.id, preset, overrides, force=args.force, store=store, device=args.device)
+                )
+    else:
+        record = stored
     _print_record(record, store, loaded=stored is not None)
     _print_device_notes(exp, record, args.device, loaded=stored is not None)
     return 0
@@ -80,6 +86,46 @@ def _preset_to_run(exp, args, overrides: dict, store) -> str:
     if args.force:
         return "cpu"
     return runner.best_stored_preset(exp.id, overrides, store) or "cpu"
+
+
+def _result_store(given: str | None):
+    """The results store of --results, else $GRADALIGN_RESULTS, else the checkout's results/; an empty path
+    (`--results ""`, `GRADALIGN_RESULTS=`) is refused rather than read as "the checkout's committed records"."""
+    from gradalign.results import ResultStore
+
+    if given is not None and not given.strip():
+        raise ConfigError("--results is empty; give a folder, or leave it out for $GRADALIGN_RESULTS or ./results")
+    if given is None and "GRADALIGN_RESULTS" in os.environ and not os.environ["GRADALIGN_RESULTS"].strip():
+        raise ConfigError("GRADALIGN_RESULTS is set but empty; give it a folder, or unset it for ./results")
+    return ResultStore(given) if given else ResultStore()
+
+
+def _cache_root() -> Path:
+    """The run cache root (ConfigError when GRADALIGN_CACHE is empty or names a file)."""
+    from gradalign.runcache import cache_root
+
+    return cache_root()
+
+
+def _prepare_storage(results: Path, cache: Path) -> None:
+    """Before compute: both roots take files and have room (StorageError otherwise); the temporary files that
+    killed writes left in them are removed."""
+    from gradalign.atomic import check_writable, remove_stale_temporaries
+
+    check_writable(results, "results root")
+    check_writable(cache, "run cache (GRADALIGN_CACHE)")
+    for root in (results, cache):
+        remove_stale_temporaries(root)
+
+
+@contextlib.contextmanager
+def _record_lock(cache: Path, element_id: str, preset: str, config_hash: str):
+    """One `gradalign run` per record key at a time: a second identical run waits here, then loads the first
+    one's record instead of computing it again."""
+    from gradalign.runcache import key_lock
+
+    with key_lock(cache / "locks" / f"{element_id}-{preset}-{config_hash}.lock", f"record {element_id} [{preset}]"):
+        yield
 
 
 def _check_results_root(root: Path) -> None:
@@ -171,12 +217,11 @@ def cmd_bench(args) -> int:
     """Without a name: every benchmark and what is stored. With one: measure it, store its record, print it."""
     from gradalign.bench import BenchStore, run_benchmark
     from gradalign.benchmarks.registry import BENCHMARKS, NOT_BUILT
-    from gradalign.results import ResultStore
     from gradalign.runtime import check_device, threads_from_env
 
     threads_from_env()
     check_device(args.device)
-    root = ResultStore(args.results).root if args.results else ResultStore().root
+    root = _result_store(args.results).root
     _check_results_root(root)
     if args.name is None:
         store = BenchStore(root)
@@ -202,6 +247,10 @@ def cmd_bench(args) -> int:
 
 
 def cmd_book(args) -> int:
+    from gradalign.config import check_preset
+
+    check_preset(args.preset, allow_auto=True)
+    _result_store(None)
     from gradalign.book import build_book
 
     result = build_book(args.preset, args.out, force=args.force)
@@ -213,6 +262,12 @@ def cmd_book(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from gradalign.config import check_preset
+
+    check_preset(args.preset, allow_auto=True)
+    _result_store(None)
+    if args.out is not None:
+        _check_output_file(Path(args.out))
     from gradalign.report import report_markdown
 
     text = report_markdown(args.preset)
@@ -221,6 +276,16 @@ def cmd_report(args) -> int:
     else:
         print(text)
     return 0
+
+
+def _check_output_file(path: Path) -> None:
+    """An --out file must be writable: not empty, not a folder, its folder existing."""
+    if not str(path).strip():
+        raise ConfigError("--out is empty; give a file name")
+    if path.is_dir():
+        raise ConfigError(f"--out {str(path)!r} is a folder; give a file name")
+    if not path.absolute().parent.is_dir():
+        raise ConfigError(f"--out {str(path)!r}: its folder {str(path.absolute().parent)!r} does not exist")
 
 
 def cmd_data(args) -> int:

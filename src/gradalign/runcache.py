@@ -120,7 +120,7 @@ def cached_run(
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise StorageError(f"cannot write the run cache folder {folder}: {err.strerror or err}") from None
-    with _key_lock(folder / f"{key}.lock", f"{kind} run {key}"):
+    with key_lock(folder / f"{key}.lock", f"{kind} run {key}"):
         if forced is None:  # another process may have stored it while this one waited
             value = _usable(entry, expected, spec, report=False)
             if value is not _MISSING:
@@ -158,12 +158,16 @@ def _compute(entry: Path, checkpoint: Path, expected: dict, spec: dict, compute,
 
 
 @contextlib.contextmanager
-def _key_lock(path: Path, what: str) -> Iterator[None]:
+def key_lock(path: Path, what: str) -> Iterator[None]:
     """Hold the flock at `path`; when another process holds it, say so on stderr once and wait."""
     import sys
 
     from filelock import FileLock, Timeout
 
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise StorageError(f"cannot create the lock folder {path.parent}: {err.strerror or err}") from None
     lock = FileLock(str(path))
     try:
         lock.acquire(timeout=0)

@@ -29,13 +29,11 @@ import numpy as np
 import torch
 
 from gradalign.config import DATA_SPLITS
-from gradalign.data.fashion_mnist import data_root, load_fashion_mnist
+from gradalign.data.fashion_mnist import MalformedDataError, data_root, load_fashion_mnist
 from gradalign.errors import ConfigError, DataNotFoundError, GradalignError
 from gradalign.vision import import_torchvision
 
-
-class MalformedDataError(GradalignError, ValueError):
-    """A data file exists but does not have the layout we read."""
+__all__ = ["MalformedDataError", "load_image_set", "IMAGE_SETS", "TRAIN_SIZES"]
 
 
 @dataclass(frozen=True)
@@ -154,13 +152,29 @@ def _read_cifar_pickle(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarr
         with open(path, "rb") as f:
             entry = pickle.load(f, encoding="latin1")  # written by Python 2
         data, labels = np.asarray(entry["data"]), np.asarray(entry[label_key])
-    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError) as err:
+    except (pickle.UnpicklingError, EOFError, KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
         raise MalformedDataError(f"{path} is not a CIFAR pickle with 'data' and {label_key!r} ({err!r})") from None
+    except (OSError, ImportError) as err:
+        raise MalformedDataError(f"{path} cannot be read as a CIFAR pickle ({type(err).__name__}: {err})") from None
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32 or labels.shape != (len(data),):
         raise MalformedDataError(
             f"{path}: expected 'data' uint8 (N, 3072) and N labels, got {data.dtype} {data.shape} and {labels.shape}"
         )
+    if len(data) == 0:
+        raise MalformedDataError(f"{path} holds no images")
     return data, labels
+
+
+def _check_labels(path: Path, labels: np.ndarray, low: int, high: int) -> None:
+    """Integer labels in [low, high], else a one-line MalformedDataError naming the file and the first bad one."""
+    if not np.issubdtype(labels.dtype, np.integer) and not (
+        np.issubdtype(labels.dtype, np.floating) and np.all(np.isfinite(labels)) and np.all(labels == np.round(labels))
+    ):
+        raise MalformedDataError(f"{path}: labels of type {labels.dtype} are not whole numbers")
+    bad = (labels < low) | (labels > high)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise MalformedDataError(f"{path} holds label {labels[i]} at index {i}; expected {low}..{high}")
 
 
 def _load_cifar(name: str, folder: str, files: list[str], label_key: str, root, fetch):
@@ -168,6 +182,8 @@ def _load_cifar(name: str, folder: str, files: list[str], label_key: str, root, 
     paths = [root / folder / file for file in files]
     _require(paths, name, fetch, root)
     parts = [_read_cifar_pickle(path, label_key) for path in paths]
+    for path, (_, labels) in zip(paths, parts):
+        _check_labels(path, labels, 0, image_set_info(name).num_classes - 1)
     data = np.concatenate([data for data, _ in parts])
     labels = np.concatenate([labels for _, labels in parts])
     return _tensors(data.reshape(-1, 3, 32, 32), labels)
@@ -199,15 +215,20 @@ def load_svhn(split: str = "train", root: str | Path | None = None, download: bo
         from scipy.io import loadmat
     except ImportError:
         raise GradalignError("reading SVHN needs scipy: pip install scipy") from None
+    from scipy.io.matlab import MatReadError
+
     try:
         mat = loadmat(str(path))
         images, labels = np.asarray(mat["X"]), np.asarray(mat["y"]).astype(np.int64).reshape(-1)
-    except (KeyError, ValueError, TypeError, OSError) as err:
+    except (KeyError, ValueError, TypeError, OSError, IndexError, EOFError, MatReadError) as err:
         raise MalformedDataError(f"{path} is not an SVHN .mat file with 'X' and 'y' ({err!r})") from None
     if images.ndim != 4 or images.shape[:3] != (32, 32, 3) or labels.shape != (images.shape[3],):
         raise MalformedDataError(
             f"{path}: expected X (32, 32, 3, N) and y (N, 1), got {images.shape} and {labels.shape}"
         )
+    if images.shape[3] == 0:
+        raise MalformedDataError(f"{path} holds no images")
+    _check_labels(path, np.asarray(mat["y"]).reshape(-1), 1, 10)
     labels[labels == 10] = 0
     # X[row, col, channel, image] -> (image, channel, row, col)
     return _tensors(images.astype(np.uint8).transpose(3, 2, 0, 1), labels)
@@ -225,20 +246,27 @@ def load_stl10(split: str = "train", root: str | Path | None = None, download: b
     # One archive holds every split: fetch it through the small test split.
     fetch = (lambda r: import_torchvision().datasets.STL10(r, split="test", download=True)) if download else None
     _require([p for p in (image_path, label_path) if p is not None], "stl10", fetch, root)
-    raw = np.fromfile(image_path, dtype=np.uint8)
+    raw = _read_bytes(image_path)
     if raw.size == 0 or raw.size % STL10_PIXELS:
         raise MalformedDataError(f"{image_path}: {raw.size} bytes is not a whole number of 3x96x96 images")
     # On disk each channel is column-major: (image, channel, col, row) -> swap the last two axes.
     images = raw.reshape(-1, 3, 96, 96).transpose(0, 1, 3, 2)
     if label_path is None:
         return _tensors(images, np.full(len(images), -1))
-    labels = np.fromfile(label_path, dtype=np.uint8).astype(np.int64)
+    labels = _read_bytes(label_path).astype(np.int64)
     if labels.shape != (len(images),) or labels.min() < 1 or labels.max() > 10:
         raise MalformedDataError(
             f"{label_path}: expected {len(images)} labels in 1..10, got {labels.size} "
             f"in {labels.min(initial=0)}..{labels.max(initial=0)}"
         )
     return _tensors(images, labels - 1)
+
+
+def _read_bytes(path: Path) -> np.ndarray:
+    try:
+        return np.fromfile(path, dtype=np.uint8)
+    except OSError as err:
+        raise MalformedDataError(f"{path} cannot be read ({err.strerror or err})") from None
 
 
 def _load_fashion_mnist_nchw(split: str = "train", root=None, download: bool = False):
