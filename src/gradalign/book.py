@@ -1,10 +1,12 @@
 """Build the book: execute the notebooks of `_toc.yml` with papermill, then jupyter-book (Sphinx).
 
-`<out>/book-src/` receives `_config.yml`, `_toc.yml`, the pages of `book/`, the executed notebooks
-(same relative paths as the sources, so launch and download buttons point at the sources) and the
-generated report; jupyter-book then builds `<out>/html` with warnings treated as errors. A notebook
-is re-executed only when its inputs changed: its source, the gradalign modules it imports (followed
-transitively), the stored records of the experiments it shows, and the preset.
+`<out>/book-src/` receives `_config.yml` (with the repository buttons switched on when its `repository: url`
+is set), `_toc.yml`, the pages of `book/`, the executed notebooks (same relative paths as the sources, so
+download and edit buttons point at the sources), the generated pages, the source archive with its *Get the
+code* page (`gradalign.source_archive`), and each page's records as JSON and their curves as CSV
+(`gradalign.downloads`), linked from the end of the page; jupyter-book then builds `<out>/html` with warnings
+treated as errors. A notebook is re-executed only when its inputs changed: its source, the gradalign modules
+it imports (followed transitively), the stored records of the experiments it shows, and the preset.
 """
 
 from __future__ import annotations
@@ -21,10 +23,20 @@ from gradalign.environment import project_root
 from gradalign.errors import BookBuildError, ConfigError
 from gradalign.fingerprint import PACKAGE, library_closure
 from gradalign.results import ResultStore
+from gradalign.source_archive import code_page_markdown, repository_url, write_archive
 from gradalign.toc import toc_files
 
 # written from the store at build time
-GENERATED = ("book/report", "book/how_to_run", "book/compute", "book/performance")
+GENERATED = ("book/report", "book/how_to_run", "book/compute", "book/performance", "book/get_the_code")
+DOWNLOADS_TAG = "gradalign-downloads"  # the generated last cell of a notebook page: its records and curves
+DIRTY_NOTE = """
+
+**What `+dirty` means.** A commit followed by `+dirty` says that the record was computed from a working tree
+with changes not yet committed: the code that ran was that commit plus those changes, so the commit alone may
+not reproduce it bit for bit. The code column still says whether the library files the experiment ran have
+changed since (their fingerprint is stored in the record); rerunning the experiment from a clean checkout gives
+a record with the plain commit.
+"""
 CELL_TIMEOUT_S = 1800  # a hung cell fails the build instead of stalling it
 
 
@@ -130,8 +142,8 @@ def build_book(
     cache_path = out / "executed.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() and not force else {}
     executed, skipped = [], []
-    for name in ("_config.yml", "_toc.yml"):
-        _copy_if_changed(root / name, src / name)
+    _write_if_changed(book_config((root / "_config.yml").read_text()), src / "_config.yml")
+    _copy_if_changed(root / "_toc.yml", src / "_toc.yml")
     pages = []
     for entry in toc_files(root):
         if entry in GENERATED:
@@ -141,12 +153,13 @@ def build_book(
             target = src / f"{entry}.ipynb"
             if target.exists() and cache.get(entry) == input_key(nb, preset, store):
                 skipped.append(entry)
-                continue
-            print(f"executing {entry}.ipynb (preset {preset})", file=sys.stderr, flush=True)
-            execute(nb, target, preset)
-            cache[entry] = input_key(nb, preset, store)  # after the run: it may have stored new records
-            cache_path.write_text(json.dumps(cache, indent=1))
-            executed.append(entry)
+            else:
+                print(f"executing {entry}.ipynb (preset {preset})", file=sys.stderr, flush=True)
+                execute(nb, target, preset)
+                cache[entry] = input_key(nb, preset, store)  # after the run: it may have stored new records
+                cache_path.write_text(json.dumps(cache, indent=1))
+                executed.append(entry)
+            add_downloads(target, page_records(nb, preset, store), src)
         else:
             page = next(
                 (root / f"{entry}{ext}" for ext in (".md", ".ipynb") if (root / f"{entry}{ext}").exists()), None
@@ -162,10 +175,77 @@ def build_book(
         _write_if_changed(text, src / page.relative_to(root))
     _write_if_changed(report_markdown(preset, store), src / "book" / "report.md")
     _write_if_changed(how_to_run_markdown(), src / "book" / "how_to_run.md")
-    _write_if_changed(compute_markdown(preset, store), src / "book" / "compute.md")
+    compute = compute_markdown(preset, store)
+    _write_if_changed(compute + (DIRTY_NOTE if "+dirty" in compute else ""), src / "book" / "compute.md")
+    archive, sha, dirty = write_archive(root, src / "book" / "files")
+    repository = repository_url((root / "_config.yml").read_text())
+    code_page = code_page_markdown(f"files/{archive.name}", sha, dirty, repository)
+    _write_if_changed(code_page, src / "book" / "get_the_code.md")
     _write_if_changed(performance_markdown(store.root), src / "book" / "performance.md")
     _jupyter_book(src, out)
     return {"executed": executed, "skipped": skipped, "html": out / "html"}
+
+
+def book_config(text: str) -> str:
+    """`_config.yml` as the build uses it: unchanged, unless `repository: url` is set, which switches on the
+    theme's repository, issues and edit-this-page buttons (the sources keep their repository paths)."""
+    import yaml
+
+    if not repository_url(text):
+        return text
+    config = yaml.safe_load(text)
+    config["repository"] = {"branch": "main", "path_to_book": "", **config["repository"]}
+    config.setdefault("html", {}).update(
+        {"use_repository_button": True, "use_issues_button": True, "use_edit_page_button": True}
+    )
+    return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
+
+
+def page_records(notebook: Path, preset: str, store: ResultStore) -> list[tuple[dict, Path]]:
+    """The stored records a notebook page shows at `preset` (for `auto`, the largest stored preset), with their
+    files: the records its experiments' `load_or_run` calls read."""
+    from gradalign.experiments import EXPERIMENTS
+    from gradalign.runner import best_stored_preset, stored_record
+
+    rel = notebook.resolve().relative_to(project_root()).as_posix()
+    found = []
+    for exp in sorted(EXPERIMENTS.values(), key=lambda e: e.id):
+        if exp.notebook != rel:
+            continue
+        shown = best_stored_preset(exp.id, store=store) if preset == "auto" else preset
+        record = stored_record(exp.id, shown, store=store) if shown else None
+        if record is not None:
+            found.append((record, store.path(exp.id, shown, record["config_hash"])))
+    return found
+
+
+def add_downloads(target: Path, records: list[tuple[dict, Path]], src: Path) -> None:
+    """Write each record (JSON) and its curves (CSV) under `<src>/data/`, and end the executed notebook with a
+    cell that links them (replacing the cell a previous build added)."""
+    import nbformat
+
+    from gradalign.downloads import write_downloads
+
+    lines = []
+    for record, path in records:
+        json_file, csv_file = write_downloads(record, path, src / "data" / record["id"])
+        rel = lambda p: os.path.relpath(p, target.parent)
+        lines.append(
+            f"- `{record['id']}` at preset `{record['preset']}`: {{download}}`record (JSON) <{rel(json_file)}>`, "
+            f"{{download}}`curves (CSV) <{rel(csv_file)}>`"
+        )
+    nb = nbformat.read(target, as_version=4)
+    cells = [c for c in nb.cells if DOWNLOADS_TAG not in c.get("metadata", {}).get("tags", [])]
+    if lines:
+        text = (
+            "## Data on this page\n\nEvery number and curve on this page comes from these stored records. Each "
+            "record holds its config, checks, verdict and provenance; the CSV lists its curves one value a row "
+            "(`curve`, `index`, `value`).\n\n" + "\n".join(lines)
+        )
+        cells.append(nbformat.v4.new_markdown_cell(text, metadata={"tags": [DOWNLOADS_TAG]}))
+    if [c.source for c in cells] != [c.source for c in nb.cells]:
+        nb.cells = cells
+        nbformat.write(nb, target)
 
 
 def _jupyter_book(src: Path, out: Path) -> None:

@@ -11,6 +11,9 @@ and points `mathjax_path` there. MathJax 2 then needs a configuration of its own
   (Sphinx would emit it as `window.MathJax = ...`, which v2 reads as its own configuration).
 - Sphinx writes math as `\\(..\\)` and `\\[..\\]`; those are the only delimiters, so a `$` in text stays a `$`.
 - the wheel ships the STIX-Web web fonts only (no TeX fonts, no image fonts): `HTML-CSS.webFont`.
+
+It also adds the book's own style sheet (`BOOK_CSS`: display math, tables and figures that stay readable in
+a 390 px phone column) and, on every page, a header button to the *Get the code* page (`CODE_PAGE`).
 """
 
 from __future__ import annotations
@@ -36,6 +39,65 @@ MATHJAX2 = {
 }
 
 
+CODE_PAGE = "book/get_the_code"  # written by gradalign.book at build time
+CSS_NAME = "gradalign.css"
+BOOK_CSS = """/* gradalign: what the theme leaves to the page (tests/test_book_browser.py checks it at 1280, 390 px) */
+
+/* Display math wider than the column scrolls inside the column. The theme clips it (.math {overflow: hidden}),
+   which cut long equations off with no way to reach their end. */
+div.math {
+  display: block;
+  overflow-x: auto;
+  overflow-y: hidden;
+}
+div.math .MathJax_Display {
+  margin: 0.4em 0;
+}
+
+/* Tables (check tables, paper-vs-ours tables, DataFrames) scroll inside their own box, and their cells wrap:
+   a long rule or code span in one cell no longer makes a 1,000 px column. */
+.cell_output .output.text_html,
+.cell_output .output.text_markdown,
+.pst-scrollable-table-container {
+  max-width: 100%;
+  overflow-x: auto;
+}
+article table td,
+article table th {
+  overflow-wrap: break-word;
+  word-break: normal;
+  max-width: 22em;
+}
+article table code {
+  white-space: normal;
+  overflow-wrap: anywhere;
+}
+
+/* Figures are drawn for the column at their design size (gradalign.plotting) and rendered at 2x: never shrink
+   them below it (their 9 pt labels would shrink too); where the column is narrower, the figure scrolls. */
+.cell_output .output.image_png,
+.cell_output .output.image_svg,
+.cell_output .output:has(> img) {
+  max-width: 100%;
+  overflow-x: auto;
+}
+.cell_output img {
+  max-width: none;
+}
+
+@media (max-width: 600px) {
+  article table td,
+  article table th {
+    max-width: 14em;
+    padding: 0.25em 0.4em;
+  }
+  article table {
+    font-size: 0.9em;
+  }
+}
+"""
+
+
 def mathjax_dir() -> Path:
     """The bundled MathJax 2 (found without importing the package, which would import jupyter_server)."""
     spec = importlib.util.find_spec("jupyter_server_mathjax")
@@ -58,10 +120,30 @@ def configure(app) -> None:
 def copy_mathjax(app, exception) -> None:
     if exception is None and app.builder.format == "html":
         copy_asset(str(mathjax_dir()), str(Path(app.outdir) / "_static" / "mathjax"))
+        (Path(app.outdir) / "_static" / CSS_NAME).write_text(BOOK_CSS)
+
+
+def code_button(app, pagename, templatename, context, doctree) -> None:
+    """A "Get the code" button in every page's header (after sphinx-book-theme's own, priority 501)."""
+    if CODE_PAGE not in app.env.found_docs or "header_buttons" not in context:
+        return
+    context["header_buttons"].insert(
+        0,
+        {
+            "type": "link",
+            "url": context["pathto"](CODE_PAGE),
+            "text": "Get the code",
+            "tooltip": "The source archive of the commit that built this book, and how to rerun it",
+            "icon": "fas fa-box-archive",
+            "label": "get-the-code-button",
+        },
+    )
 
 
 def setup(app):
     mathjax_dir()  # fail at once, not after the whole build
     app.connect("builder-inited", configure, priority=900)
     app.connect("build-finished", copy_mathjax)
+    app.connect("html-page-context", code_button, priority=510)
+    app.add_css_file(CSS_NAME)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

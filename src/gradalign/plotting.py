@@ -1,26 +1,28 @@
 """The book's figure style: one size rule, one colour per method, and the caption that names a record's scale
 (paper vs ours: `gradalign.comparison`).
 
-Why a size rule. matplotlib-inline renders a figure as a PNG of `figure.dpi` pixels per inch, cropped to its
-contents plus 0.1 in on each side (`bbox_inches="tight"`), and the book shows that PNG at its natural size when
-it fits the content column, scaled down when it does not. The column of sphinx-book-theme is 790 px wide in a
-1440 px window (624 px at 1200 px, where both sidebars still show; measured in Chromium), so a 12-inch figure at
-110 dpi (1,330 px) was shown at 60% and its tick labels became 5-7 px. Here a figure is at most `PAGE_WIDTH_PX`
-(+ 20 px of crop margin) wide, so it is shown at its own size in a 1440 px window, and its smallest text is
-`SMALL_PT` points = 12.5 px (10 px in the 624 px column). Figures with many panels get more rows, not more
-width: `panels(n)` lays them out, at most `MAX_COLUMNS` to a row.
+Why a size rule. matplotlib-inline renders a figure as a PNG cropped to its contents plus 0.1 in on each side
+(`bbox_inches="tight"`), and the book shows it at its design size, `DPI` CSS pixels per inch of figure, when
+that fits the content column. The column of sphinx-book-theme is about 690 px wide in a 1280 px window (790 px
+at 1440 px and wider; about 360 px on a 390 px phone; measured in Chromium). So a figure is at most
+`PAGE_WIDTH_PX` (+ 20 px of crop margin) wide and is shown at its design size in a 1280 px window, where its
+smallest text, `SMALL_PT` points at `DPI`, measures 9 CSS points (12 px). The figures are rendered at 2x
+(`use_book_style`: matplotlib-inline's "retina" format, whose PNG carries its design width), so they stay sharp
+on high-density screens; on a phone the book lets a figure scroll sideways instead of shrinking its text
+(`gradalign.book_static`). Figures with many panels get more rows, not more width: `panels(n)` lays them out,
+at most `MAX_COLUMNS` to a row. tests/test_book_browser.py checks all of this at 1280 and 390 px.
 """
 
 from __future__ import annotations
 
 import math
 
-DPI = 100  # pixels per inch of the inline PNGs: a figure of w inches is w * DPI px on the page
-PAGE_WIDTH_PX = 760  # the widest figure: the content column (about 780-790 px) less a margin for the tight crop
+DPI = 100  # CSS pixels per inch of figure on the page (the PNG holds twice as many: retina)
+PAGE_WIDTH_PX = 660  # the widest figure: the content column at 1280 px (about 690 px) less a margin for the crop
 PAGE_WIDTH_IN = PAGE_WIDTH_PX / DPI
 PANEL_WIDTH_IN = 4.8  # a one-panel figure: wide enough for its labels, narrower than the column
 PANEL_HEIGHT_IN = 2.7
-MAX_COLUMNS = 3  # at the page width, three panels of about 250 px each; more would squeeze the tick labels
+MAX_COLUMNS = 3  # at the page width, three panels of about 220 px each; more would squeeze the tick labels
 FONT_PT = 10.0  # titles and axis labels: 13.9 px
 SMALL_PT = 9.0  # ticks, legends, annotations: 12.5 px (the reviewers' floor is about 9 px)
 TEXT_WIDTH_CHARS = 78  # a printed line that fits the column at a 1280 px window: about 660 px of 8.4 px characters
@@ -38,12 +40,26 @@ METHOD_COLORS = {
     "pi_model": "#ff7f0e",
     "pseudo_label": "#8c564b",
     "supervised": "#262626",
-    # IsoLoss part: the BYOL/SimSiam loss L and the isotropic loss L_iso. No figure mixes the two parts, so
-    # these reuse two hues of the first part.
+    # IsoLoss part: the BYOL/SimSiam loss L and the isotropic loss L_iso. No figure mixes two parts, so the
+    # parts below reuse hues of the first.
     "L": "#1f77b4",
     "iso": "#ff7f0e",
+    # meta-gradient part: the four rows of Table 4 (`gradalign.methods.semimeta.VARIANTS`), the method in red
+    "labeled_only": "#1f77b4",
+    "meta": "#2ca02c",
+    "mixup": "#9467bd",
+    "meta_mixup": "#d62728",
+    # SGR part: the local-learning methods (`gradalign.methods.local.LOCAL_METHODS`), SGR in red, global BP near-black
+    "layerwise": "#1f77b4",
+    "reforward": "#ff7f0e",
+    "sgr": "#d62728",
+    "greedy": "#8c564b",
+    "dgl": "#2ca02c",
+    "infopro": "#9467bd",
+    "global_bp": "#262626",
 }
-"""The colour of each method on every page (keys: `gradalign.training.ssl.METHODS` and the IsoLoss losses)."""
+"""The colour of each method on every page (keys: `gradalign.training.ssl.METHODS`, the IsoLoss losses, the
+meta-gradient variants and the local-learning methods). Notebooks take their colours from here, never their own."""
 
 
 def use_book_style() -> None:
@@ -67,6 +83,14 @@ def use_book_style() -> None:
             "lines.linewidth": 1.6,
         }
     )
+    try:  # in a Jupyter kernel: inline figures as 2x PNGs shown at their design size
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+        if get_ipython() is not None:
+            set_matplotlib_formats("retina")
+    except ImportError:  # plain Python: nothing is shown inline
+        pass
 
 
 def figure_size(columns: int = 1, rows: int = 1, height: float = PANEL_HEIGHT_IN) -> tuple[float, float]:

@@ -1,0 +1,54 @@
+"""Small helpers the notebooks share: table cells and learning-curve panels drawn from stored records.
+
+Every notebook imports what it needs from here instead of defining its own copy (a test fails on a notebook
+that defines one of these names again). Colours live in `gradalign.plotting.METHOD_COLORS`, figure sizes in
+`gradalign.plotting`.
+"""
+
+from __future__ import annotations
+
+
+def mean_std_cell(summary: dict, metric: str | None = None, digits: int = 2) -> str:
+    """A table cell "mean ± std" from a stored summary ({'mean', 'std', optional 'n', optional 'diverged'}), or
+    from `summary[metric]`; only the mean when one seed was run, and "(k diverged)" when runs diverged."""
+    s = summary[metric] if metric is not None else summary
+    text = f"{s['mean']:.{digits}f}"
+    if s.get("n", 2) > 1 and s.get("std") is not None:
+        text += f" ± {s['std']:.{digits}f}"
+    if s.get("diverged"):
+        text += f" ({s['diverged']} diverged)"
+    return text
+
+
+def paper_cell(value, digits: int = 2) -> str:
+    """A paper's number as a table cell: (mean, std) as "mean ± std", one number as itself, None as "—"."""
+    if value is None:
+        return "—"
+    if isinstance(value, (tuple, list)):
+        return f"{value[0]:.{digits}f} ± {value[1]:.{digits}f}"
+    return f"{value:.{digits}f}"
+
+
+def seeds_mean_std(rows):
+    """Mean and sample std over seeds (rows) of per-epoch values, None read as missing; std is None for one seed."""
+    import numpy as np
+
+    a = np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float)
+    return np.nanmean(a, 0), (np.nanstd(a, 0, ddof=1) if len(a) > 1 else None)
+
+
+def curve_panel(ax, curve: dict, key: str, color, label: str, **plot) -> bool:
+    """One per-epoch curve of a stored record (`curve[key]`: one list per seed, `curve['epoch']`) as a mean line
+    with a ± std band over seeds, on integer epoch ticks. Draws nothing (returns False) when the record has no
+    value for `key`, e.g. the SGR term of a method that does not compute it."""
+    from matplotlib.ticker import MaxNLocator
+
+    from gradalign.plotting import band
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    values = curve.get(key)
+    if not values or all(v is None for row in values for v in row):
+        return False
+    mean, std = seeds_mean_std(values)
+    band(ax, curve["epoch"], mean, std, color=color, label=label, **plot)
+    return True
