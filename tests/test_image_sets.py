@@ -202,3 +202,71 @@ def test_channel_stats_computed_when_not_recorded(tmp_path):
     mean, std = channel_mean_std("stl10", root=tmp_path, chunk=1)
     assert mean == pytest.approx((0.0, 1.0, 0.5)) and std == pytest.approx((0.0, 0.0, 0.5))
     assert channel_mean_std("cifar10")[0] == IMAGE_SETS["cifar10"].mean
+
+
+# --- label ranges and empty files ------------------------------------------------------------------------------
+
+
+def test_cifar_labels_out_of_range_are_refused(tmp_path):
+    _write_cifar10(tmp_path)
+    _write_cifar_batch(tmp_path / "cifar-10-batches-py" / "test_batch", _random_images(3, 32, 0), [1, 200, 3])
+    with pytest.raises(MalformedDataError, match=r"test_batch holds label 200 at index 1; expected 0\.\.9"):
+        load_cifar10("test", root=tmp_path)
+    _write_cifar_batch(tmp_path / "cifar-100-python" / "test", _random_images(2, 32, 0), [5, 100], "fine_labels")
+    with pytest.raises(MalformedDataError, match=r"holds label 100 at index 1; expected 0\.\.99"):
+        load_cifar100("test", root=tmp_path)
+    _write_cifar_batch(tmp_path / "cifar-100-python" / "train", _random_images(2, 32, 0), [-1, 3], "fine_labels")
+    with pytest.raises(MalformedDataError, match="holds label -1 at index 0"):
+        load_cifar100("train", root=tmp_path)
+
+
+def test_empty_or_cut_cifar_pickles_are_refused(tmp_path):
+    _write_cifar10(tmp_path)
+    _write_cifar_batch(tmp_path / "cifar-10-batches-py" / "test_batch", np.zeros((0, 3, 32, 32), np.uint8), [])
+    with pytest.raises(MalformedDataError, match="holds no images"):
+        load_cifar10("test", root=tmp_path)
+    path = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(MalformedDataError, match="data_batch_3 is not a CIFAR pickle"):
+        load_cifar10("train", root=tmp_path)
+    path.unlink()
+    path.mkdir()  # a folder where the file should be
+    with pytest.raises(MalformedDataError, match="data_batch_3 cannot be read"):
+        load_cifar10("train", root=tmp_path)
+
+
+def test_svhn_labels_out_of_range_and_cut_files_are_refused(tmp_path):
+    _write_svhn(tmp_path / "test_32x32.mat", _random_images(3, 32, 0), [1, 11, 2])
+    with pytest.raises(MalformedDataError, match=r"holds label 11\.0 at index 1; expected 1\.\.10"):
+        load_svhn("test", root=tmp_path)
+    _write_svhn(tmp_path / "train_32x32.mat", _random_images(3, 32, 0), [1, 0, 2])
+    with pytest.raises(MalformedDataError, match=r"holds label 0\.0 at index 1"):
+        load_svhn("train", root=tmp_path)
+    _write_svhn(tmp_path / "extra_32x32.mat", _random_images(3, 32, 0), [1, 2, 3])
+    raw = (tmp_path / "extra_32x32.mat").read_bytes()
+    for cut in (0, 10, 100, 300, len(raw) // 2):
+        (tmp_path / "extra_32x32.mat").write_bytes(raw[:cut])
+        with pytest.raises(MalformedDataError, match="extra_32x32.mat is not an SVHN .mat file"):
+            load_svhn("extra", root=tmp_path)
+
+
+def test_stl10_empty_and_out_of_range_files_are_refused(tmp_path):
+    folder = tmp_path / "stl10_binary"
+    folder.mkdir()
+    (folder / "test_X.bin").write_bytes(b"")
+    (folder / "test_y.bin").write_bytes(b"")
+    with pytest.raises(MalformedDataError, match="test_X.bin: 0 bytes"):
+        load_stl10("test", root=tmp_path)
+    (folder / "train_X.bin").write_bytes(_stl10_bytes(_random_images(2, 96, 0)))
+    (folder / "train_y.bin").write_bytes(bytes([1, 11]))
+    with pytest.raises(MalformedDataError, match="expected 2 labels in 1..10"):
+        load_stl10("train", root=tmp_path)
+
+
+def test_a_subset_larger_than_the_split_is_refused_not_capped():
+    images, labels = torch.zeros(5, 1, 2, 2, dtype=torch.uint8), torch.arange(5)
+    assert image_sets.random_subset(images, labels, 0, 0)[0].shape[0] == 5
+    assert image_sets.random_subset(images, labels, 5, 0)[0].shape[0] == 5
+    assert image_sets.random_subset(images, labels, 3, 0)[0].shape[0] == 3
+    with pytest.raises(ConfigError, match="asked for 6 images of a split that holds 5"):
+        image_sets.random_subset(images, labels, 6, 0)

@@ -206,7 +206,7 @@ BAD_INPUT = {  # argv after `sweep`: the start of the one-line error
     "bad preset": (["lga.fig3", "--preset", "huge"], "unknown preset 'huge'"),
     "bad override": (["lga.fig3", "--set", "trials=0"], "ShellsStudyConfig.trials must be >= 1"),
     "bad executor parameter": (["lga.fig3", "--param", "bogus=1"], "bad local executor parameter"),
-    "bad parallel": (["lga.fig3", "--parallel", "0"], "parallel must be >= 1"),
+    "bad parallel": (["lga.fig3", "--parallel", "0"], "--parallel must be an integer in [1, 100000]; got 0"),
 }
 
 

@@ -47,7 +47,7 @@ class StorageError(GradalignError, OSError):
 MIN_FREE_BYTES = 64 * 2**20  # room a run needs in each root it writes: records, run entries, checkpoints
 STALE_AFTER_S = 60.0  # a temporary file of a dead writer, untouched this long, is removed
 ORPHAN_AFTER_S = 24 * 3600.0  # a temporary file without a writer's pid (older format), untouched this long
-_TEMPORARY = re.compile(r"^.+\.(?:json|pt)(?:\..*)?\.tmp$")
+_TEMPORARY = re.compile(r"^.+\.(?:json|pt).*\.tmp$")  # `<target>.json<random>.tmp`, any version
 _TEMPORARY_PID = re.compile(r"\.pid(\d+)\.tmp$")
 
 

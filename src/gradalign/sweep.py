@@ -57,7 +57,7 @@ def missing_units(units: list[Unit]) -> list[Unit]:
     missing = []
     for unit in units:
         try:
-            cached_run(unit.kind, unit.spec, unit.version, _not_stored)
+            cached_run(unit.kind, unit.spec, unit.version, _not_stored, lock=False)
         except _NotStored:
             missing.append(unit)
     return missing
