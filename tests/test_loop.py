@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from gradalign.errors import ConfigError, DivergenceError
+from gradalign.errors import DivergenceError
 from gradalign.training import loop
 from gradalign.training.checkpoint import CheckpointWarning
 
@@ -224,15 +224,19 @@ def test_truncated_checkpoint_warns_and_the_run_starts_over(reference, tmp_path)
     assert_same_result(out, ref_out, run, ref_run)
 
 
-def test_checkpoint_of_another_run_is_refused(tmp_path):
+def test_checkpoint_of_another_run_is_set_aside_and_the_run_starts_fresh(tmp_path, reference):
+    ref_out, ref_run = reference
     path = tmp_path / "run.pt"
     with pytest.raises(Interrupted):
         train(FakeRun(interrupt_at=7), path)
     before = path.read_bytes()
     run = FakeRun()
-    with pytest.raises(ConfigError, match="another run"):
-        train(run, path, run_fingerprint="another fingerprint")
-    assert run.evaluations == [] and path.read_bytes() == before  # nothing ran, nothing was overwritten
+    with pytest.warns(CheckpointWarning, match="belongs to another run .*; set aside as run.pt.other-"):
+        out = train(run, path, run_fingerprint="another fingerprint")
+    assert [e[0] for e in run.evaluations] == [2, 4, 6, 8, 10]  # from step 1
+    assert_same_result(out, ref_out, run, ref_run)
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("run.pt.other-")]
+    assert len(aside) == 1 and aside[0].read_bytes() == before  # kept intact for the run it belongs to
 
 
 # ---- the time box ----------------------------------------------------------------------------------------
