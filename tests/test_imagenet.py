@@ -222,7 +222,7 @@ def test_smoke_runs_every_row(one_thread):
     rows = result["metrics"]["rows"]
     assert [r["method"] for r in rows] == ["greedy", "layerwise", "sgr"]
     assert all(r["boundaries"] == [2, 4, 6] and len(r["losses"]) == 2 for r in rows)
-    assert result["verdict"]["status"] == "reproduced qualitatively at reduced scale"
+    assert result["verdict"]["status"] == "reproduced"  # the experiment's own outcome; the runner judges validity
 
 
 @pytest.mark.parametrize(

@@ -175,7 +175,7 @@ def test_a_table_row_trains_under_torchrun_cached_and_recorded_once(imagenet, tm
     assert row["world_size"] == 2 and row["global_batch"] == 4 and row["history"]["step"] == [4, 8]
     assert record["scope"] == "reduced" and record["checks"]["rows_learn"]["passed"]
     assert record["checks"]["sgr_beats_layerwise_by_1"]["value"] == "no layer-wise and SGR rows to compare"
-    assert record["verdict"]["status"] == "not reproduced at reduced scale"  # one row cannot show Table 2's claim
+    assert record["verdict"]["status"] == "inconclusive"  # one row at smoke is not a valid test of Table 2's claim
     assert len(list((runs / "sgr.imagenet").glob("*.json"))) == 1
 
 

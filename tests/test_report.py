@@ -79,19 +79,23 @@ def _stored(element_id):
     return record
 
 
-def test_a_reduced_scale_failure_names_its_scale_and_is_counted_apart():
-    from gradalign.report import scale_of, summary_counts
+def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_apart():
+    from gradalign.report import scale_of, split_counts, summary_counts, verdict_text
 
-    record = _stored("lga.fig5")
-    assert record["verdict"]["status"] == "not reproduced at reduced scale"
+    record = _stored("lga.fig5")  # one seed, 1,000 steps: not a valid test of Figure 5's claims
+    assert record["verdict"]["status"] == "inconclusive" and "enough_seeds" in record["verdict"]["unmet"]
     scale = scale_of(record)
     assert "Fashion-MNIST (paper: CIFAR-10)" in scale and "1,000 steps (paper: 500,000 steps)" in scale
     assert "runs still improving at their last evaluation" in scale
     assert scale_of(_stored("lga.fig1")) == ""  # exact scope: nothing to name
-    counts = summary_counts({"a": "not reproduced", "b": "not reproduced at reduced scale", "c": "reproduced"})
-    assert counts == "**1** reproduced · **1** not reproduced · **1** not reproduced at reduced scale"
+    assert verdict_text(record).startswith("**inconclusive** (precondition not met: enough seeds to decide")
+    counts = summary_counts({"a": "not reproduced", "b": "inconclusive", "c": "reproduced"})
+    assert counts == "**1** reproduced · **1** not reproduced · **1** inconclusive"
+    split = split_counts({"lga.prop1": "reproduced", "lga.fig5": "inconclusive", "lga.fig7": "inconclusive"})
+    assert split == {"analytic": "**1** reproduced (of 1)", "empirical": "**2** inconclusive (of 2)"}
     text = report_markdown("auto", ResultStore())
-    assert "**not reproduced at reduced scale**: Fashion-MNIST (paper: CIFAR-10)" in text
+    assert "**inconclusive** (precondition not met: enough seeds to decide a difference" in text
+    assert "**Analytic:**" in text and "**Empirical:**" in text
 
 
 def test_still_improving_counts_runs_whose_best_evaluation_is_the_last():

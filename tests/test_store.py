@@ -30,7 +30,7 @@ def test_save_is_atomic_and_loads_back(store):
     assert not list(path.parent.glob("*.tmp"))
     loaded = store.load("lga.alg1", "smoke", record["config_hash"], record["experiment_version"])
     assert loaded == json.loads(json.dumps(record))
-    assert loaded["schema"] == 2 and loaded["scope"] == "exact" and loaded["digest"] == record_digest(loaded)
+    assert loaded["schema"] == 3 and loaded["scope"] == "exact" and loaded["digest"] == record_digest(loaded)
     for key in ("hardware", "torch", "seeds", "wall_time_s", "date", "git_commit"):
         assert key in loaded["provenance"]
 
@@ -81,7 +81,7 @@ def test_bad_record_is_reported_and_recomputed(store, monkeypatch, damage):
         again = runner.run("lga.alg1", "smoke", store=store)
     assert len(calls) == 1
     assert again["config"] == record["config"]
-    assert json.loads(path.read_text())["schema"] == SCHEMA == 2  # rewritten
+    assert json.loads(path.read_text())["schema"] == SCHEMA == 3  # rewritten
 
 
 def test_auto_prefers_the_largest_stored_preset(store, monkeypatch):
@@ -99,13 +99,11 @@ def test_store_root_follows_environment(tmp_path, monkeypatch):
 
 def test_verdict_follows_from_the_checks_and_the_scope():
     good, bad = check(True, 1, "rule", "claim"), check(False, 2, "rule", "claim")
-    assert derive_verdict({"a": good}, "exact") == {"status": "reproduced", "failed": []}
-    assert derive_verdict({"a": good}, "reduced")["status"] == "reproduced qualitatively at reduced scale"
-    assert derive_verdict({"a": good, "b": bad}, "exact") == {"status": "not reproduced", "failed": ["b"]}
-    assert derive_verdict({"a": good, "b": bad}, "reduced") == {
-        "status": "not reproduced at reduced scale",
-        "failed": ["b"],
-    }
+    none = {"unmet": [], "within_noise": []}
+    assert derive_verdict({"a": good}, "exact") == {"status": "reproduced", "failed": [], **none}
+    assert derive_verdict({"a": good}, "reduced")["status"] == "reproduced"  # the scale is shown beside it
+    assert derive_verdict({"a": good, "b": bad}, "exact") == {"status": "not reproduced", "failed": ["b"], **none}
+    assert derive_verdict({"a": good, "b": bad}, "reduced") == {"status": "not reproduced", "failed": ["b"], **none}
     with pytest.raises(ValueError, match="scope must be one of exact, reduced; got 'full'"):
         derive_verdict({"a": good}, "full")
     result = outcome({"a": good, "b": bad}, {"m": 1}, scope="reduced")
@@ -114,5 +112,5 @@ def test_verdict_follows_from_the_checks_and_the_scope():
         "curves": {},
         "checks": {"a": good, "b": bad},
         "scope": "reduced",
-        "verdict": {"status": "not reproduced at reduced scale", "failed": ["b"]},
+        "verdict": {"status": "not reproduced", "failed": ["b"], "unmet": [], "within_noise": []},
     }

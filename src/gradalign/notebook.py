@@ -19,14 +19,25 @@ def interactive_session() -> bool:
 
 
 def checks_table(record: dict):
-    """The record's checks as a MyST table (pass mark first, full claims, rounded values), followed by the
-    project's own targets when it has any (shown apart: they do not enter the verdict)."""
+    """An empirical record's preconditions (is the test valid?), then its claims as a MyST table (mark first: ✔
+    passed, ≈ within noise, ✘ failed; full claims, rounded values), then its verdict with the reason, followed by
+    the project's own targets when it has any (shown apart: they do not enter the verdict)."""
     from IPython.display import Markdown
 
-    from gradalign.report import checks_markdown, targets_markdown
+    from gradalign.comparison import paper_vs_ours
+    from gradalign.report import cell, checks_markdown, preconditions_markdown, targets_markdown, verdict_text
 
-    targets = targets_markdown(record)
-    return Markdown(checks_markdown(record) + (f"\n\n{targets}" if targets else ""))
+    parts = [preconditions_markdown(record)]
+    if record.get("evidence") == "empirical":
+        parts.append("*The claims, each decided by its rule:*")
+    parts += [checks_markdown(record), f"Verdict: {verdict_text(record)}.", targets_markdown(record)]
+    compared = paper_vs_ours(record)
+    if compared:
+        rows = [f"| {cell(r['quantity'])} | {cell(r['paper'])} | {cell(r['ours'])} |" for r in compared]
+        parts.append(
+            "*The paper's numbers beside ours:*\n\n| quantity | paper | ours |\n| --- | --- | --- |\n" + "\n".join(rows)
+        )
+    return Markdown("\n\n".join(p for p in parts if p))
 
 
 def assert_checks(record: dict) -> None:
@@ -38,10 +49,20 @@ def assert_checks(record: dict) -> None:
 
 
 def verdict_markdown(records: list[dict]):
-    """The page's verdict: one row per element, its status with the scale it was measured at (reduced
-    scope), its checks, whether the code has changed since, and what computed it."""
+    """The page's verdict: one row per element, its status with its reason and the scale it was measured at,
+    its claims and preconditions, whether the code has changed since, and what computed it; then the rules."""
     from IPython.display import Markdown
 
     from gradalign.report import verdict_rows
 
-    return Markdown(verdict_rows(records))
+    rules = RULES_TEXT if any(r.get("evidence") == "empirical" for r in records) else ""
+    return Markdown(verdict_rows(records) + (f"\n\n{rules}" if rules else ""))
+
+
+RULES_TEXT = (
+    "*How an empirical verdict is decided:* every comparison uses at least 3 seeds and the standard error (SE) of "
+    'the difference of means; "A beats B" needs a difference above 2 SE (≈: within 2 SE, not decided); "A is '
+    'at least as good as B" needs A − B > −2 SE (a tie when within 2 SE). A claim is *not reproduced* only when '
+    "every precondition holds and it fails beyond 2 SE; an unmet precondition or an undecided difference makes "
+    "the verdict *inconclusive*."
+)

@@ -18,6 +18,7 @@ from gradalign.elements import ELEMENTS, PARTS
 from gradalign.environment import project_root
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.units import UNITS
+from gradalign.experiments.validity import evidence_of
 from gradalign.papers import PAPERS
 from gradalign.report import (
     NOT_BUILT,
@@ -26,10 +27,10 @@ from gradalign.report import (
     commit_of,
     element_verdict,
     page_link,
-    scale_of,
     shown_record,
     stale_text,
-    summary_counts,
+    split_counts,
+    verdict_text,
     with_scale,
 )
 from gradalign.record_text import hardware_text, seeds_text, time_text
@@ -55,7 +56,10 @@ def _verdicts(preset: str, store: ResultStore) -> tuple[dict, dict]:
 def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
     """Which parts are built, the four papers cited, and every element grouped by verdict, linked to its page."""
     records, verdicts = _verdicts(preset, store)
-    lines = ["| part | elements with a page | their verdicts |", "| --- | --- | --- |"]
+    lines = [
+        "| part | elements with a page | analytic elements | empirical elements |",
+        "| --- | --- | --- | --- |",
+    ]
     for part, title in PARTS.items():
         ids = [e for e in ELEMENTS if e.startswith(part + ".")]
         built = sum(verdicts[e] != NOT_BUILT for e in ids)
@@ -63,8 +67,16 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
         intro = part_page(part)
         name = f"[{title.split(' (')[0]}]({base}{intro})" if intro else title.split(" (")[0]
         state = f"{paged} of {len(ids)}" + ("" if built else " (not built yet)")
-        lines.append(f"| {name} | {state} | {summary_counts({e: verdicts[e] for e in ids})} |")
-    lines += ["", f"{summary_counts(verdicts)} — of {len(ELEMENTS)} elements.", ""]
+        counts = split_counts({e: verdicts[e] for e in ids})
+        lines.append(f"| {name} | {state} | {counts['analytic']} | {counts['empirical']} |")
+    counts = split_counts(verdicts)
+    lines += [
+        "",
+        f"**Analytic** (derivations, definitions, closed forms checked numerically): {counts['analytic']}. "
+        f"**Empirical** (trained models and simulated dynamics, decided only by a valid test; otherwise "
+        f"inconclusive): {counts['empirical']}.",
+        "",
+    ]
     for status in SUMMARY_ORDER:
         ids = [e for e in ELEMENTS if verdicts[e] == status]
         if not ids:
@@ -73,8 +85,11 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
             parts = sorted({PARTS[ELEMENTS[e].part].split(" (")[0] for e in ids})
             lines.append(f"- **{status}** ({len(ids)}): the elements of {' and '.join(parts)}.")
             continue
-        links = ", ".join(page_link(e, base) for e in ids)
-        lines.append(f"- **{status}** ({len(ids)}): {links}")
+        for evidence in ("analytic", "empirical"):
+            group = [e for e in ids if evidence_of(e) == evidence]
+            if group:
+                links = ", ".join(page_link(e, base) for e in group)
+                lines.append(f"- **{status}**, {evidence} ({len(group)}): {links}")
     stale = [e for e, r in records.items() if r is not None and stale_text(r, short=True) != "current"]
     if stale:
         lines += [
@@ -93,7 +108,7 @@ def part_elements_markdown(part: str, preset: str, store: ResultStore, base: str
     for eid, element in ELEMENTS.items():
         if element.part != part:
             continue
-        verdict = with_scale(verdicts[eid], scale_of(records[eid]) if records[eid] else "")
+        verdict = verdict_text(records[eid]) if records[eid] else with_scale(verdicts[eid], "")
         lines.append(f"| {page_link(eid, base)}: {cell(element.title)} | {verdict} |")
     return "\n".join(lines)
 

@@ -12,11 +12,12 @@ from gradalign.comparison import paper_vs_ours
 from gradalign.config import PRESET_ORDER_FOR_BOOK
 from gradalign.elements import ELEMENTS, PARTS
 from gradalign.experiments import EXPERIMENTS
+from gradalign.experiments.validity import evidence_of
 from gradalign.record_text import duration, seeds_text, time_text
 from gradalign.results import ResultStore
 from gradalign.runner import element_status, stale_files, stored_record
 from gradalign.toc import in_book
-from gradalign.verdict import STATUSES
+from gradalign.verdict import STATUSES, reason
 
 NO_RECORD = "no stored record"
 NOT_BUILT = "not yet built"
@@ -81,6 +82,10 @@ def breakable(name: str) -> str:
     return name.replace("_", "_\u200b")
 
 
+def _signed(x: float) -> str:
+    return f"{x:+.3g}"
+
+
 def format_value(value) -> str:
     if isinstance(value, bool):
         return str(value)
@@ -88,19 +93,39 @@ def format_value(value) -> str:
         return f"{value:.3g}"
     if isinstance(value, list):
         return "per-curve values in the record"
+    if isinstance(value, dict) and {"a", "b", "diff", "se"} <= set(value):  # a comparison (`rules.compare`)
+        n = f", n = {value['n_a']}/{value['n_b']}" if "n_a" in value else ""
+        tie = " (tie)" if value.get("tie") else ""
+        return f"{value['a']:.4g} vs {value['b']:.4g}: d = {_signed(value['diff'])} ± {value['se']:.2g} SE{n}{tie}"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{breakable(str(k))}: {format_value(v)}" for k, v in value.items()) + "}"
     return str(value)
 
 
+def mark(c: dict) -> str:
+    """✔ passed, ≈ within noise (not decided), ✘ failed."""
+    return "✔" if c["passed"] else ("≈" if c.get("within_noise") else "✘")
+
+
 def checks_markdown(record: dict, key: str = "checks") -> str:
-    """The checks (or targets) of a record as a table, the pass mark first: claim, rule, measured."""
-    lines = ["| | claim (check) | rule | measured |", "| :-: | --- | --- | --- |"]
+    """The checks (or targets, or preconditions) of a record as a table, the mark first: claim, rule, measured.
+    ✔ passed, ≈ the difference lies within 2 standard errors (or too few seeds), ✘ failed."""
+    head = "precondition" if key == "preconditions" else "claim (check)"
+    lines = [f"| | {head} | rule | measured |", "| :-: | --- | --- | --- |"]
     for name, c in record.get(key, {}).items():
-        mark = "✔" if c["passed"] else "✘"
         claim = f"{cell(c['claim'])} (`{breakable(name)}`)"
-        lines.append(f"| {mark} | {claim} | {cell(c['rule'])} | {cell(format_value(c['value']))} |")
+        lines.append(f"| {mark(c)} | {claim} | {cell(c['rule'])} | {cell(format_value(c['value']))} |")
     return "\n".join(lines)
+
+
+def preconditions_markdown(record: dict) -> str:
+    """An empirical record's preconditions (is the test valid?), or "" for an analytic one."""
+    if record.get("evidence") != "empirical":
+        return ""
+    return (
+        "*Is this a valid test? The preconditions, measured from the runs (an unmet one makes the verdict "
+        "inconclusive):*\n\n" + checks_markdown(record, "preconditions")
+    )
 
 
 def targets_markdown(record: dict) -> str:
@@ -137,28 +162,46 @@ def provenance_line(record: dict) -> str:
     )
 
 
-def with_scale(status: str, scale: str) -> str:
-    """`**status**: scale` for a reduced-scale verdict, `**status**` otherwise."""
-    return f"**{status}**" + (f": {cell(scale)}" if scale else "")
+def with_scale(status: str, scale: str, why: str = "") -> str:
+    """`**status** (why): scale`; the reason for an inconclusive or failed verdict, and the scale when reduced."""
+    return f"**{status}**" + (f" ({cell(why)})" if why else "") + (f": {cell(scale)}" if scale else "")
+
+
+def verdict_text(record: dict) -> str:
+    """The record's verdict with its reason and its scale."""
+    return with_scale(record["verdict"]["status"], scale_of(record), reason(record["verdict"], record["preconditions"]))
 
 
 def verdict_rows(records: list[dict], base: str = "") -> str:
-    """One row per record: id, verdict with its scale, checks passed, the code's state and the provenance."""
-    lines = ["| element | verdict | checks passed | code | computed with |", "| --- | --- | :-: | --- | --- |"]
+    """One row per record: id, verdict with its reason and scale, checks passed, the code's state and provenance."""
+    lines = [
+        "| element | verdict | claims passed | preconditions met | code | computed with |",
+        "| --- | --- | :-: | :-: | --- | --- |",
+    ]
     for r in records:
-        verdict = with_scale(r["verdict"]["status"], scale_of(r))
         passed = sum(c["passed"] for c in r["checks"].values())
+        pre = r.get("preconditions", {})
+        met = f"{sum(c['passed'] for c in pre.values())}/{len(pre)}" if r.get("evidence") == "empirical" else "—"
         lines.append(
-            f"| {page_link(r['id'], base) if base else '`' + r['id'] + '`'} | {verdict} | "
-            f"{passed}/{len(r['checks'])} | {stale_text(r)} | {cell(provenance_line(r))} |"
+            f"| {page_link(r['id'], base) if base else '`' + r['id'] + '`'} | {verdict_text(r)} | "
+            f"{passed}/{len(r['checks'])} | {met} | {stale_text(r)} | {cell(provenance_line(r))} |"
         )
     return "\n".join(lines)
 
 
 def summary_counts(verdicts: dict[str, str]) -> str:
-    """`N reproduced · M not reproduced at reduced scale · …` over the given elements."""
+    """`N reproduced · M inconclusive · …` over the given elements."""
     counts = {s: sum(v == s for v in verdicts.values()) for s in SUMMARY_ORDER}
     return " · ".join(f"**{n}** {s}" for s, n in counts.items() if n)
+
+
+def split_counts(verdicts: dict[str, str]) -> dict[str, str]:
+    """`summary_counts` over the analytic and over the empirical elements, apart."""
+    out = {}
+    for evidence in ("analytic", "empirical"):
+        part = {e: v for e, v in verdicts.items() if evidence_of(e) == evidence}
+        out[evidence] = (summary_counts(part) or "none") + f" (of {len(part)})"
+    return out
 
 
 def report_markdown(preset: str = "auto", store: ResultStore | None = None, base: str = "../") -> str:
@@ -181,10 +224,11 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
     details = []
     for part, title in PARTS.items():
         ids = [e.id for e in ELEMENTS.values() if e.part == part]
+        counts = split_counts({i: verdicts[i] for i in ids})
         out += [
             f"## {title}",
             "",
-            summary_counts({i: verdicts[i] for i in ids}),
+            f"Analytic: {counts['analytic']}. Empirical: {counts['empirical']}.",
             "",
             "| id | element | verdict | preset | code | paper vs ours, or checks |",
             "| --- | --- | --- | --- | --- | --- |",
@@ -200,10 +244,10 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
             compared = paper_vs_ours(record)
             scale = scale_of(record)
             passed = sum(c["passed"] for c in record["checks"].values())
-            summary = f"{passed}/{len(record['checks'])} checks pass" + (
+            summary = f"{passed}/{len(record['checks'])} claims pass" + (
                 f"; {len(compared)} paper-vs-ours numbers below" if compared else ""
             )
-            verdict = with_scale(verdicts[eid], scale)
+            verdict = verdict_text(record)
             out.append(
                 f"| {page_link(eid, base)} | {cell(ELEMENTS[eid].title)} | {verdict} | `{record['preset']}` | "
                 f"{stale_text(record, short=True)} | {summary} |"
@@ -215,9 +259,11 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
 
 def _details(record: dict, scale: str, compared: list[dict]) -> list[str]:
     eid = record["id"]
-    out = [f"### `{eid}`", "", f"**{record['verdict']['status']}**" + (f" — scale: {scale}." if scale else "."), ""]
+    out = [f"### `{eid}`", "", verdict_text(record) + ".", ""]
     if EXPERIMENTS[eid].note:
         out += [f"*Scope:* {EXPERIMENTS[eid].note}.", ""]
+    if record.get("evidence") == "empirical":
+        out += [preconditions_markdown(record), ""]
     out += [checks_markdown(record), ""]
     if record.get("targets"):
         out += [targets_markdown(record), ""]
