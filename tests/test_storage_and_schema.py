@@ -410,3 +410,33 @@ def test_every_stored_record_of_the_checkout_has_the_schema():
         if "bench" in path.parts:
             continue
         assert record_problem(read_json_strict(path)) is None, path
+
+
+def test_ranks_of_one_torchrun_job_do_not_wait_for_each_other(tmp_path, monkeypatch):
+    """Under torchrun every rank computes the run together with the others: a lock would deadlock them."""
+    from filelock import FileLock
+
+    from gradalign.runcache import key_lock
+
+    path = tmp_path / "locks" / "k.lock"
+    held = FileLock(str(path))
+    held.acquire()
+    try:
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        with key_lock(path, "run"):
+            pass  # entered although another holder has the lock
+        monkeypatch.setenv("WORLD_SIZE", "1")
+        done = []
+
+        def wait_then_enter():
+            with key_lock(path, "run"):
+                done.append(1)
+
+        thread = threading.Thread(target=wait_then_enter, daemon=True)
+        thread.start()
+        thread.join(0.5)
+        assert not done  # a plain process waits
+    finally:
+        held.release()
+    thread.join(10)
+    assert done

@@ -159,11 +159,17 @@ def _compute(entry: Path, checkpoint: Path, expected: dict, spec: dict, compute,
 
 @contextlib.contextmanager
 def key_lock(path: Path, what: str) -> Iterator[None]:
-    """Hold the flock at `path`; when another process holds it, say so on stderr once and wait."""
+    """Hold the flock at `path`; when another process holds it, say so on stderr once and wait.
+
+    Not under torchrun (WORLD_SIZE > 1): its ranks compute the same run together, each step waiting for the
+    others, so a rank that waited for another's lock would deadlock the job."""
     import sys
 
-    from filelock import FileLock, Timeout
+    from filelock import FileLock, Timeout  # installed with torch (one of its own requirements)
 
+    if os.environ.get("WORLD_SIZE", "").strip() not in ("", "1"):
+        yield
+        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -173,13 +179,20 @@ def key_lock(path: Path, what: str) -> Iterator[None]:
         lock.acquire(timeout=0)
     except Timeout:
         print(f"gradalign: waiting for another process computing the same {what} ({path})", file=sys.stderr)
-        lock.acquire()
+        _acquire(lock, path)
     except OSError as err:
         raise StorageError(f"cannot lock {path}: {err.strerror or err}") from None
     try:
         yield
     finally:
         lock.release()
+
+
+def _acquire(lock, path: Path) -> None:
+    try:
+        lock.acquire()
+    except OSError as err:
+        raise StorageError(f"cannot lock {path}: {err.strerror or err}") from None
 
 
 def _read(entry: Path, expected: dict, spec: dict) -> Any:
