@@ -9,12 +9,14 @@ export GRADALIGN_THREADS ?= 2
 
 .PHONY: book test setup data browser clean
 
+# The HTML book in _build/html, with the source archive of the commit it was built from (its Get the code page).
 book: setup data
 	$(BIN)/gradalign book --preset $(or $(PRESET),auto)
 
+# The suite executes every notebook once, in its book build at the smoke preset (tests/conftest.py `built`).
 test: setup data browser
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks notebooks
+	$(BIN)/ruff format --check src tests benchmarks notebooks
 	$(BIN)/python -m pytest -q
 
 setup: $(STAMP)

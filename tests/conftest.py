@@ -33,12 +33,18 @@ def store(tmp_path, monkeypatch):
 def built(tmp_path_factory):
     """The book built twice at preset smoke against an empty result store: (out dir, first, second build).
 
+    The first build is also the test suite's one execution of every notebook (tests/test_notebooks.py).
+
     Session-scoped so that test_book.py and test_book_browser.py share one build (it takes minutes)."""
     from gradalign.book import build_book
 
     tmp = tmp_path_factory.mktemp("book")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRADALIGN_RESULTS", str(tmp / "results"))
+        mp.setenv("GRADALIGN_CACHE", str(tmp / "cache"))  # smoke runs stay out of the user's run cache
+        # one thread per kernel: smoke tensors are tiny, and two OpenMP threads in a Jupyter kernel ran the
+        # meta-gradient benchmark page 3.5x slower than one on a busy two-core machine
+        mp.setenv("GRADALIGN_THREADS", "1")
         mp.delenv("GRADALIGN_PRESET", raising=False)
         first = build_book("smoke", tmp / "_build")
         second = build_book("smoke", tmp / "_build")

@@ -63,3 +63,84 @@ def test_book_builds_and_second_build_executes_nothing(built):
     assert "Figure 1" in chapter
     # the page shows the preset papermill injected, not the notebook's default beside it
     assert "Parameters" in chapter and "the largest stored record (paper &gt; gpu &gt; cpu)" not in chapter
+
+
+def test_repository_setting_switches_the_buttons_on_only_when_set():
+    import yaml
+
+    from gradalign.book import book_config
+
+    text = (project_root() / "_config.yml").read_text()
+    assert yaml.safe_load(text)["repository"]["url"] == ""  # this repository's default: no buttons
+    assert book_config(text) == text
+    config = yaml.safe_load(book_config(text.replace('url: ""', "url: https://github.com/owner/repo")))
+    assert config["html"]["use_repository_button"] and config["html"]["use_edit_page_button"]
+    assert config["repository"]["url"] == "https://github.com/owner/repo" and config["repository"]["branch"]
+
+
+def test_curves_csv_holds_every_number_of_the_curves():
+    import csv
+    import io
+
+    from gradalign.downloads import curve_rows, curves_csv
+
+    curves = {"step": [0, 10], "lga": {"loss": [[1.0, 0.5], [0.9, None]]}, "runs": [{"gap": [3.0]}], "x": 2}
+    rows = list(curve_rows(curves))
+    assert rows == [
+        ("step", "0", 0), ("step", "1", 10),
+        ("lga/loss", "0/0", 1.0), ("lga/loss", "0/1", 0.5), ("lga/loss", "1/0", 0.9), ("lga/loss", "1/1", None),
+        ("runs/gap", "0/0", 3.0), ("x", "", 2),
+    ]  # fmt: skip
+    table = list(csv.reader(io.StringIO(curves_csv({"curves": curves}))))
+    assert table[0] == ["curve", "index", "value"] and len(table) == 1 + len(rows) and table[-3][2] == ""
+
+
+def test_source_archive_is_the_commit_and_says_when_the_tree_differs(tmp_path):
+    import subprocess
+    import tarfile
+
+    from gradalign.source_archive import code_page_markdown, write_archive
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "a.py").write_text("A = 1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    (repo / "src" / "a.py").write_text("A = 2\n")  # uncommitted change: not in the archive, and said so
+    path, sha, dirty = write_archive(repo, tmp_path / "files")
+    assert dirty and sha and path.name == f"gradalign-{sha[:12]}.tar.gz"
+    with tarfile.open(path) as tar:
+        member = tar.extractfile(f"gradalign-{sha[:12]}/src/a.py")
+        assert member.read() == b"A = 1\n"
+    page = code_page_markdown(f"files/{path.name}", sha, dirty, None)
+    assert "not yet committed" in page and sha in page and "{download}`" in page
+    assert "pip install -e ." in page and "gradalign run lga.fig1 --preset smoke" in page
+    clean = code_page_markdown(f"files/{path.name}", sha, False, "https://github.com/o/r")
+    assert "no uncommitted changes" in clean and f"https://github.com/o/r/tree/{sha}" in clean
+
+
+def test_every_page_links_the_code_and_notebook_pages_offer_their_records(built):
+    out = built[0]
+    html = out / "html"
+    pages = [html / f"{entry}.html" for entry in toc_files(project_root())]
+    for page in pages:
+        assert "btn-get-the-code-button" in page.read_text(), f"{page.name}: no Get the code button"
+    code_page = (html / "book" / "get_the_code.html").read_text()
+    archives = list(html.glob("_downloads/*/gradalign-*.tar.gz"))
+    assert len(archives) == 1 and archives[0].name in code_page
+    chapter = (html / "notebooks" / "lga" / "01_linear_regression.html").read_text()
+    assert "Data on this page" in chapter
+    for element_id in ("lga.fig1", "lga.prop1", "lga.prop2-3"):
+        json_file = next(html.glob(f"_downloads/*/{element_id}-smoke.json"))
+        csv_file = next(html.glob(f"_downloads/*/{element_id}-smoke-curves.csv"))
+        assert json_file.name in chapter and csv_file.name in chapter
+        assert csv_file.read_text().startswith("curve,index,value")
+
+
+def test_references_page_gives_bibtex_for_the_four_papers(built):
+    intro = (built[0] / "html" / "book" / "intro.html").read_text()
+    for arxiv in ("1902.02336", "2007.03966", "2212.04858", "2406.05222"):
+        assert f"arXiv:{arxiv}" in intro or f"abs/{arxiv}" in intro
+    assert intro.count("@article") + intro.count("@inproceedings") == 4

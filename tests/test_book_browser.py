@@ -44,7 +44,8 @@ MEASURE = """async () => {
     else if (MathJax.startup) await Promise.race([timeout, MathJax.startup.promise]);
   }
   await document.fonts.ready;
-  await Promise.all([...document.images].map(i => i.complete ? null : new Promise(done => { i.onload = i.onerror = done; })));
+  await Promise.all([...document.images].map(i => i.complete ? null
+    : new Promise(done => { i.onload = i.onerror = done; })));
   document.querySelectorAll('details').forEach(d => { d.open = true; });  // what a reader can unfold counts
   document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
   const article = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
@@ -59,7 +60,8 @@ MEASURE = """async () => {
     for (let a = el.parentElement; a && a !== article; a = a.parentElement) {
       const r = a.getBoundingClientRect(), o = getComputedStyle(a).overflowX;
       if (o === 'auto' || o === 'scroll') {
-        if (r.left < left - 1 || r.right > right + 1) return `its scroll box (${r.left.toFixed(0)}-${r.right.toFixed(0)} px) leaves the column`;
+        if (r.left < left - 1 || r.right > right + 1)
+          return `its scroll box (${r.left.toFixed(0)}-${r.right.toFixed(0)} px) leaves the column`;
         return '';
       }
       if ((o === 'hidden' || o === 'clip') && (rect.left < r.left - 1 || rect.right > r.right + 1))
@@ -109,7 +111,8 @@ MEASURE = """async () => {
       return {
         width: Math.max(r.width, t.scrollWidth),
         widest: Math.max(0, ...[...t.querySelectorAll('td, th')].map(c => c.getBoundingClientRect().width)),
-        why: unreachable(t, {left: r.left, right: r.left + Math.max(r.width, t.scrollWidth), width: Math.max(r.width, t.scrollWidth)}),
+        why: unreachable(t, {left: r.left, right: r.left + Math.max(r.width, t.scrollWidth),
+                             width: Math.max(r.width, t.scrollWidth)}),
         head: t.innerText.trim().slice(0, 60)};
     }),
     cut: [...article.querySelectorAll('.cell_output pre')].filter(p => p.scrollWidth > p.clientWidth + 1)

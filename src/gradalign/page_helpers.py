@@ -52,3 +52,21 @@ def curve_panel(ax, curve: dict, key: str, color, label: str, **plot) -> bool:
     mean, std = seeds_mean_std(values)
     band(ax, curve["epoch"], mean, std, color=color, label=label, **plot)
     return True
+
+
+def data_title(name: str) -> str:
+    """A data set as people write it: `fashion_mnist` -> Fashion-MNIST (`gradalign.data.image_sets`)."""
+    from gradalign.data.image_sets import IMAGE_SETS
+
+    return IMAGE_SETS[name].title if name in IMAGE_SETS else name.replace("_", " ")
+
+
+def split_title(key: str) -> str:
+    """A benchmark column `<data set>_<labels>` as people write it: `cifar10_4000` -> CIFAR-10, 4,000 labels."""
+    data, _, labels = key.rpartition("_")
+    return f"{data_title(data)}, {int(labels):,} labels" if data and labels.isdigit() else data_title(key)
+
+
+def field_title(name: str) -> str:
+    """A config field as a table label: `weight_decay` -> weight decay."""
+    return name.replace("_", " ")
