@@ -492,7 +492,9 @@ def test_subset_keeps_and_is_deterministic():
     plain = subset(indices, 12, seed=7)
     assert len(plain) == 12 and torch.isin(plain, indices).all() and len(torch.unique(plain)) == 12
     assert torch.equal(subset(indices, None, seed=7, keep=keep), indices)
-    assert torch.equal(subset(indices, 500, seed=7, keep=keep), indices)
+    assert torch.equal(subset(indices, 100, seed=7, keep=keep), indices)
+    with pytest.raises(ConfigError, match="asked for 500 images of 100; sizes are refused, not capped"):
+        subset(indices, 500, seed=7, keep=keep)  # issue 25: never capped
     with pytest.raises(ConfigError):
         subset(indices, 3, seed=7, keep=keep)
 

@@ -47,8 +47,11 @@ def preprocess(name: str, train: torch.Tensor, *others: torch.Tensor) -> list[to
 
 
 def subset(indices: torch.Tensor, n: int | None, seed: int, keep: torch.Tensor | None = None) -> torch.Tensor:
-    """`keep` plus a seeded random choice of the other `indices`, n in all (all of them when n is None)."""
-    if n is None or n >= len(indices):
+    """`keep` plus a seeded random choice of the other `indices`, n in all (all of them when n is None). More than
+    there are is refused, not capped (configs check this before any data loads; this is the last guard)."""
+    if n is not None and n > len(indices):
+        raise ConfigError(f"asked for {n:,} images of {len(indices):,}; sizes are refused, not capped")
+    if n is None or n == len(indices):
         return indices
     rest = indices if keep is None else indices[~torch.isin(indices, keep)]
     n_keep = 0 if keep is None else len(keep)
