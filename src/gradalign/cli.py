@@ -4,8 +4,12 @@
 machine. `book` needs the book environment of requirements.txt.
 
 Every bad input (an unknown command, id, preset or field, a value of the wrong type, NaN, a value out
-of range, a device that is not there, a bad GRADALIGN_THREADS, a results root that is a file) exits
-with status 2 and one line on stderr, `gradalign: error: ...`, before any data is loaded or computed.
+of range, a size beyond its bound or beyond the data set, a `--set` given twice, a device that is not
+there, a bad GRADALIGN_THREADS, an empty GRADALIGN_RESULTS or GRADALIGN_CACHE, a results root or run
+cache that is a file, cannot be written or has no room) exits with status 2 and one line on stderr,
+`gradalign: error: ...`, before any data is loaded or computed. A write that fails after compute is
+one line too, naming the fallback file that keeps what was computed. Identical runs started together
+compute once: the second waits for the first's lock, then loads its record.
 """
 
 from __future__ import annotations
