@@ -313,3 +313,64 @@ def test_existing_configs_accept_lists_for_bare_tuples():
     cfg = exp.resolve("smoke", {"columns": [["fashion_mnist", "cifar", 100, 200]]})
     assert cfg.columns == (("fashion_mnist", "cifar", 100, 200),)
     assert all(isinstance(name, str) for name in settings_fields(exp.config))
+
+
+# ---- issue 25: upper bounds of sizes, a --set given twice ----------------------------------------------------
+
+
+def test_every_preset_of_every_experiment_is_within_the_size_bounds():
+    for element_id, exp in EXPERIMENTS.items():
+        for preset in exp.presets:
+            exp.resolve(preset)  # raises a ConfigError naming the field if a preset broke a bound
+
+
+@dataclass(frozen=True)
+class _Sized(Config):
+    dataset: str = "cifar10"
+    steps: int = 10
+    width: float = 1.0
+    hidden: int = 8
+    n_train: int = 0
+    n_test: int = 0
+    n_validation: int = 0
+    n_labeled: int = 10
+    n_unlabeled: int = 0
+    draws: tuple[int, ...] = (1, 2)
+
+
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"steps": 10**12}, "_Sized.steps must be <= 1,000,000,000"),
+        ({"seed": 10**23}, "_Sized.seed must be <= 2,147,483,647"),
+        ({"width": 16.5}, "_Sized.width must be <= 16 (parameters grow as width²)"),
+        ({"hidden": 100_000}, "_Sized.hidden must be <= 16,384"),
+        ({"draws": (1, 10**8)}, "_Sized.draws must be <= 10,000,000"),
+        ({"n_train": 50_001}, "_Sized.n_train must be <= 50,000 (the 50,000 images in cifar10's training split"),
+        ({"n_test": 10_001}, "_Sized.n_test must be <= 10,000 (the 10,000 images in cifar10's test split"),
+        ({"n_validation": 50_000}, "_Sized.n_validation must be <= 49,999"),
+        ({"n_validation": 5000, "n_unlabeled": 44_991}, "_Sized.n_unlabeled must be <= 44,990"),
+        ({"dataset": "svhn", "n_test": 26_033}, "_Sized.n_test must be <= 26,032"),
+    ],
+)
+def test_sizes_beyond_their_bound_are_refused(values, message):
+    with pytest.raises(ConfigError) as err:
+        _Sized(**values)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_sizes_at_their_bound_are_accepted():
+    _Sized(steps=10**9, seed=2**31 - 1, width=16.0, hidden=16_384, n_train=50_000, n_test=10_000)
+    _Sized(n_validation=5000, n_unlabeled=44_990)
+    _Sized(dataset="stl10", n_train=5000, n_test=8000)
+    _Sized(dataset="imagenet", n_train=10**6)  # a data set without a size here: only the generic bound
+
+
+def test_a_setting_given_twice_is_refused():
+    from gradalign.config import parse_overrides
+
+    assert parse_overrides(["steps=5", "trial.lr=0.1"]) == {"steps": 5, "trial.lr": 0.1}
+    with pytest.raises(ConfigError, match=r"^--set steps is given twice \(50 and 60\); give each setting once$"):
+        parse_overrides(["steps=50", "steps=60"])
+    with pytest.raises(ConfigError, match="--param slurm_qos is given twice"):
+        parse_overrides(["slurm_qos=a", " slurm_qos =b"], "--param")
