@@ -4,11 +4,14 @@ across a resume). Cadence, the sums handed to `evaluate`, best-by-validation, bi
 divergence, damaged and foreign checkpoints, the time box; then the loop under the shells trial."""
 
 import copy
+import math
 import time
 
 import pytest
 import torch
 
+from gradalign import timebox
+from gradalign.divergence import accuracy_chance
 from gradalign.errors import DivergenceError
 from gradalign.training import loop
 from gradalign.training.checkpoint import CheckpointWarning
@@ -205,6 +208,95 @@ def test_divergence_names_the_step_and_the_quantity():
     transient = FakeRun(nan_only_at=5)  # the last step is finite again: the window's mean is not
     with pytest.raises(DivergenceError, match=r"fake diverged at step 6: mean loss = nan"):
         train(transient)
+
+
+class ChanceRun(FakeRun):
+    """FakeRun whose evaluation also reports an accuracy in % (chance 10) and a loss, given per step."""
+
+    def __init__(self, accuracies: dict[int, float], losses: dict[int, float] | None = None, **kw):
+        super().__init__(**kw)
+        self.accuracies, self.losses = accuracies, losses or {}
+
+    def evaluate(self, t, sums, count, last):
+        return {
+            **super().evaluate(t, sums, count, last),
+            "acc": self.accuracies[t],
+            "val_loss": self.losses.get(t, 1.0),
+        }
+
+
+ACC = accuracy_chance("acc", 10)
+
+
+def test_a_metric_back_at_chance_after_it_had_learned_is_a_divergence():
+    run = ChanceRun({2: 30.0, 4: 80.0, 6: 15.0, 8: 90.0, 10: 90.0})
+    with pytest.raises(
+        DivergenceError, match=r"^fake diverged at step 6: acc = 15, back at chance \(10; it had reached 80\)"
+    ):
+        train(run, chance=(ACC,))
+    never = ChanceRun({2: 10.0, 4: 12.0, 6: 11.0, 8: 9.0, 10: 14.0})  # a short run that never left chance
+    out = train(never, chance=(ACC,))
+    assert out.complete and out.history["acc"] == [10.0, 12.0, 11.0, 9.0, 14.0]
+    assert train(ChanceRun({2: 30.0, 4: 80.0, 6: 15.0, 8: 90.0, 10: 90.0})).complete  # no chance level given
+
+
+def test_started_is_read_from_the_checkpointed_history_on_resume(tmp_path):
+    accuracies, path = {2: 30.0, 4: 80.0, 6: 15.0, 8: 90.0, 10: 90.0}, tmp_path / "run.pt"
+    with pytest.raises(Interrupted):
+        train(ChanceRun(accuracies, interrupt_at=5), path, chance=(ACC,))  # checkpoint after step 4 (acc 80)
+    with pytest.raises(DivergenceError, match="fake diverged at step 6: acc = 15, back at chance"):
+        train(ChanceRun(accuracies), path, chance=(ACC,))
+
+
+def test_an_exploded_or_non_finite_evaluated_loss_is_a_divergence():
+    accuracies = dict.fromkeys(range(2, 11, 2), 50.0)
+    with pytest.raises(DivergenceError, match=r"^fake diverged at step 4: val_loss = 1e\+07 \(exploded"):
+        train(ChanceRun(accuracies, {4: 1e7}))
+    with pytest.raises(DivergenceError, match=r"^fake diverged at step 8: val_loss = nan"):
+        train(ChanceRun(accuracies, {8: math.nan}))
+    assert train(ChanceRun(accuracies, {4: 9e5})).complete
+
+
+# ---- the command's time box --------------------------------------------------------------------------------
+
+
+def test_a_run_does_not_begin_once_the_box_has_closed(tmp_path, monkeypatch):
+    run = FakeRun()
+    with timebox.time_box(1.0):
+        monkeypatch.setattr(timebox, "seconds_left", lambda: -1.0)
+        with pytest.raises(timebox.TimeBoxSpent, match="the time box closed before fake could begin"):
+            train(run, tmp_path / "run.pt")
+    assert run.evaluations == [] and not (tmp_path / "run.pt").exists()
+
+
+@pytest.mark.parametrize("checkpoint_every, stopped_at", [(0, 2), (3, 3)])
+def test_a_boxed_run_stops_checkpointed_and_resumes_bitwise(
+    reference, tmp_path, monkeypatch, checkpoint_every, stopped_at
+):
+    """A box nearly spent as the run begins: the run stops after its first window (an evaluation, or a checkpoint
+    between evaluations), its checkpoint written, and raises; outside the box it resumes to the uninterrupted run."""
+    ref_out, ref_run = reference
+    path = tmp_path / "run.pt"
+    with timebox.time_box(1.0), monkeypatch.context() as patch:
+        patch.setattr(timebox, "seconds_left", lambda: 1e-9)
+        with pytest.raises(
+            timebox.TimeBoxSpent, match=rf"time box: fake stopped after step {stopped_at} of 10, checkpointed"
+        ):
+            train(FakeRun(), path, checkpoint_every=checkpoint_every)
+    assert path.exists()
+    run = FakeRun()
+    out = train(run, path, checkpoint_every=checkpoint_every)
+    assert_same_result(out, ref_out, run, ref_run)
+    assert run.evaluations == [e for e in ref_run.evaluations if e[0] > stopped_at]
+
+
+def test_a_boxed_run_without_a_checkpoint_is_not_stopped_midway(reference, monkeypatch):
+    ref_out, ref_run = reference
+    run = FakeRun()
+    with timebox.time_box(1.0):
+        monkeypatch.setattr(timebox, "seconds_left", lambda: 1e-9)  # its work would be lost: it finishes
+        out = train(run)
+    assert_same_result(out, ref_out, run, ref_run)
 
 
 # ---- damaged and foreign checkpoints ------------------------------------------------------------------------
