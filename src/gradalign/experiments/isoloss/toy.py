@@ -286,8 +286,9 @@ def relu_checks(curves: dict, metrics: dict, cap: float, sigma: float) -> dict[s
     )
     checks["ws_collapses_below_1"] = check(
         bool((ws[last][below] < lam0[below]).all()),
-        [round(float(v), 6) for v in ws[last][below]],
-        "modes starting below (1+sigma^2)/1.05 have shrunk when the run stops",
+        {"step": steps[last], "below": [round(float(v), 6) for v in ws[last][below]]},
+        "modes starting below (1+sigma^2)/1.05 have shrunk at the last recorded step before the run stops "
+        "(L_ws diverges; the step is given)",
         "(b) stop-grad on the wrong side: modes with lambda < 1 collapse",
     )
     end_l = lam["L"][-1]
