@@ -440,3 +440,22 @@ def test_ranks_of_one_torchrun_job_do_not_wait_for_each_other(tmp_path, monkeypa
         held.release()
     thread.join(10)
     assert done
+
+
+def test_a_folder_where_the_record_goes_is_refused_before_compute(quick, store, capsys):
+    exp = EXPERIMENTS[ELEMENT]
+    folder = store.path(ELEMENT, "smoke", exp.resolve("smoke").digest(exp.version))
+    folder.mkdir(parents=True)
+    with pytest.warns(RecordWarning, match="cannot be read"):
+        assert main(["run", ELEMENT, "--preset", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a folder, where the record goes" in err and quick == []
+
+
+def test_a_folder_where_the_run_entry_goes_is_refused_before_compute(tmp_path):
+    compute = Counter()
+    _entry(tmp_path).mkdir(parents=True)
+    with pytest.warns(RunCacheWarning, match="cannot be read"):
+        with pytest.raises(StorageError, match="is a folder, where the run's file goes"):
+            cached_run(KIND, SPEC, VERSION, compute, root=tmp_path)
+    assert compute.calls == 0

@@ -64,7 +64,10 @@ def cmd_run(args) -> int:
     if stored is None:
         _check_writable(store.root)
         _prepare_storage(store.root, cache)
-        with _record_lock(cache, args.id, preset, exp.resolve(preset, overrides).digest(exp.version)):
+        config_hash = exp.resolve(preset, overrides).digest(exp.version)
+        if store.path(args.id, preset, config_hash).is_dir():
+            raise ConfigError(f"{store.path(args.id, preset, config_hash)} is a folder, where the record goes; move it")
+        with _record_lock(cache, args.id, preset, config_hash):
             stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)  # stored meanwhile
             with time_box(args.time_limit):
                 record = (

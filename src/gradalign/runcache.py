@@ -144,7 +144,9 @@ def _usable(entry: Path, expected: dict, spec: dict, report: bool = True) -> Any
 
 
 def _compute(entry: Path, checkpoint: Path, expected: dict, spec: dict, compute, forced: set | None) -> Any:
-    if forced is not None and entry not in forced:
+    if entry.is_dir():  # found before the compute, not after it
+        raise StorageError(f"run cache entry {entry} is a folder, where the run's file goes; move it away")
+    if forced is not None and entry not in forced and not checkpoint.is_dir():
         checkpoint.unlink(missing_ok=True)
     entry.parent.mkdir(parents=True, exist_ok=True)
     value = json.loads(dumps_strict(compute(checkpoint)))
