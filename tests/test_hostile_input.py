@@ -225,3 +225,12 @@ def test_a_disk_without_room_is_refused_before_compute(no_compute, capsys, monke
 
 def test_at_least_sixty_cases():
     assert len(CASES) + len(ENV_CASES) + 6 >= 60
+
+
+def test_sweep_into_a_read_only_cache_is_refused_before_submission(no_compute, capsys, tmp_path, monkeypatch):
+    import gradalign.sweep as sweep_module
+
+    monkeypatch.setattr(sweep_module, "make_executor", lambda *args: object())  # options valid; nothing submits
+    _refuse_writes_under(monkeypatch, tmp_path / "cache", errno.EROFS)
+    line = assert_one_line_error(capsys, _sweep(), "run cache (GRADALIGN_CACHE)")
+    assert "read-only" in line

@@ -170,6 +170,10 @@ def sweep(
     missing = missing_units(units)
     if not missing:
         return summary
+    from gradalign.atomic import check_writable, remove_stale_temporaries
+
+    check_writable(cache, "run cache (GRADALIGN_CACHE)")  # the jobs write their entries there
+    remove_stale_temporaries(cache)
     stored = len(units) - len(missing)
     echo(f"{element_id} [{preset}]: {stored} of {len(units)} unit(s) stored, submitting {len(missing)} as jobs")
     summary.submitted = [unit.label for unit in missing]
