@@ -328,6 +328,8 @@ def train_semimeta(spec: SemiMetaRunSpec, device="cpu", checkpoint: Path | str |
         chance=(error_chance("test_error", data.classes),),
     )
     h = out.history
+    labeled = normalise(data.x_labeled.float() / 255, data.mean, data.std)
+    labeled_error, _ = classification_metrics(run.model, labeled, data.y_labeled)  # eval mode, the final model
     best = min(range(len(h["step"])), key=lambda i: h["test_error"][i])
     selected = min(range(len(h["step"])), key=lambda i: h["val_error"][i]) if "val_error" in h else None
     return {
@@ -338,6 +340,7 @@ def train_semimeta(spec: SemiMetaRunSpec, device="cpu", checkpoint: Path | str |
         "selected_test_error": h["test_error"][selected] if selected is not None else None,  # at the best val error
         "selected_step": h["step"][selected] if selected is not None else None,
         "final_test_error": h["test_error"][-1],
+        "labeled_error": labeled_error,  # does it fit its own labeled training set?
         "tsne": tsne_embedding(run, spec.tsne_points) if spec.tsne_points else None,
         "train_seconds": out.train_seconds,
         "device": str(run.device),

@@ -202,6 +202,7 @@ def train_ssl(
     final_state = copy.deepcopy(model.state_dict())
     model.load_state_dict(out.best["state"])
     test_error, test_loss = classification_metrics(model, data.x_test, data.y_test)
+    labeled_error, _ = classification_metrics(model, data.x_labeled, data.y_labeled)  # does it fit its labels?
     model.load_state_dict(final_state)
     if checkpoint is not None:
         Path(checkpoint).unlink(missing_ok=True)
@@ -216,6 +217,7 @@ def train_ssl(
         "test_loss": test_loss,
         "final_test_error": final_error,
         "final_test_loss": final_loss,
+        "labeled_error": labeled_error,  # eval mode, the selected model, on its own labeled training set
         "train_seconds": out.train_seconds,
         "steps": protocol.steps,
     }

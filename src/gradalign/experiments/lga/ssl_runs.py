@@ -237,6 +237,8 @@ def _summary(runs: list[dict]) -> dict:
     out = {}
     for name in ("test_error", "test_loss", "best_val_error", "final_test_error", "final_test_loss"):
         out[name], out[name + "_std"] = stats(name)
+    if all("labeled_error" in r for r in runs):  # runs cached before it was recorded lack it
+        out["labeled_error"], out["labeled_error_std"] = stats("labeled_error")
     out["seeds"] = len(runs)
     out["train_seconds"] = sum(r["train_seconds"] for r in runs)
     return out

@@ -28,6 +28,7 @@ MODEL_TITLES = {"conv_large": "Conv-Large", "shake_shake26": "ResNet-26 shake-sh
 METRICS = {
     "best_test_error": "best test error over training (the paper's)",
     "selected_test_error": "test error at the best validation error (ours)",
+    "labeled_error": "eval-mode error on the run's own labeled training set (the fits-its-labels precondition)",
 }
 
 
@@ -121,7 +122,7 @@ def still_improving(run: dict) -> bool:
 
 def summary(runs: list[dict]) -> dict:
     """Both test errors over seeds, how many runs were still improving, the training time."""
-    out = {name: stats([r[name] for r in runs]) for name in METRICS if runs[0][name] is not None}
+    out = {name: stats([r[name] for r in runs]) for name in METRICS if all(r.get(name) is not None for r in runs)}
     out["still_improving"] = sum(still_improving(r) for r in runs)
     out["train_seconds"] = sum(r["train_seconds"] for r in runs)
     return out
