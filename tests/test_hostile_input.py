@@ -145,6 +145,7 @@ CASES = {
         "--param slurm_qos is given twice",
     ),
     "sweep size bound": (_sweep("--set", f"trial.steps={10**12}"), "steps must be <="),
+    "sweep folder empty": (_sweep("--folder", ""), "--folder is empty"),
     # --- item 5: storage paths ---------------------------------------------------------------------------------
     "run --results empty": (["run", "lga.fig1", "--preset", "smoke", "--results", ""], "--results is empty"),
     "bench --results empty": (["bench", "--results", " "], "--results is empty"),

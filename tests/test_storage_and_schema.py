@@ -459,3 +459,12 @@ def test_a_folder_where_the_run_entry_goes_is_refused_before_compute(tmp_path):
         with pytest.raises(StorageError, match="is a folder, where the run's file goes"):
             cached_run(KIND, SPEC, VERSION, compute, root=tmp_path)
     assert compute.calls == 0
+
+
+def test_a_damaged_record_is_reported_once_by_the_cli(stored, quick, capsys):
+    _, path = stored
+    path.write_text(path.read_text()[:50])
+    with pytest.warns(RecordWarning, match="is truncated") as caught:
+        assert main(["run", ELEMENT, "--preset", "smoke"]) == 0
+    assert len([w for w in caught if issubclass(w.category, RecordWarning)]) == 1 and len(quick) == 2
+    assert "computed now" in capsys.readouterr().out

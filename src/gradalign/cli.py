@@ -67,8 +67,9 @@ def cmd_run(args) -> int:
         config_hash = exp.resolve(preset, overrides).digest(exp.version)
         if store.path(args.id, preset, config_hash).is_dir():
             raise ConfigError(f"{store.path(args.id, preset, config_hash)} is a folder, where the record goes; move it")
-        with _record_lock(cache, args.id, preset, config_hash):
-            stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)  # stored meanwhile
+        path = store.path(args.id, preset, config_hash)
+        with _record_lock(cache, args.id, preset, config_hash), _reported_already(path):
+            stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)  # meanwhile?
             with time_box(args.time_limit):
                 record = (
                     stored
@@ -93,6 +94,19 @@ def _preset_to_run(exp, args, overrides: dict, store) -> str:
     if args.force:
         return "cpu"
     return runner.best_stored_preset(exp.id, overrides, store) or "cpu"
+
+
+@contextlib.contextmanager
+def _reported_already(path: Path):
+    """Within: no second RecordWarning about the record at `path` (reported once, before the lock)."""
+    import re
+    import warnings
+
+    from gradalign.results import RecordWarning
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", f"ignoring stored record {re.escape(str(path))}:", RecordWarning)
+        yield
 
 
 def _result_store(given: str | None):

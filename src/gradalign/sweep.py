@@ -294,6 +294,8 @@ def cmd_sweep(args) -> int:
     from gradalign.config import check_preset, parse_overrides
 
     check_preset(args.preset)
+    if args.folder is not None and not args.folder.strip():
+        raise ConfigError("--folder is empty; give a folder for submitit's job files, or leave it out")
     summary = sweep(
         args.id,
         args.preset,
