@@ -144,3 +144,13 @@ def test_references_page_gives_bibtex_for_the_four_papers(built):
     for arxiv in ("1902.02336", "2007.03966", "2212.04858", "2406.05222"):
         assert f"arXiv:{arxiv}" in intro or f"abs/{arxiv}" in intro
     assert intro.count("@article") + intro.count("@inproceedings") == 4
+
+
+def test_paths_in_the_checkout_are_shown_relative_to_it(tmp_path):
+    from gradalign.book import relative_paths
+
+    root = tmp_path / "checkout"
+    assert relative_paths(f"images at {root}/data/imagenet; results in {root}", root) == (
+        "images at data/imagenet; results in ."
+    )
+    assert relative_paths("/elsewhere/data", root) == "/elsewhere/data"

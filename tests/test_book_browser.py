@@ -310,3 +310,9 @@ def test_figures_are_sharp_and_legible(facts, page, width):
         if i["why"]:
             bad.append(f"{name}: {i['why']}")
     assert not bad, f"{page} at {width}: figures a reader cannot read: {bad[:4]}"
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_header_links_the_code(facts, page):
+    links = [h["href"] for h in facts(page)["header"] if h["href"].endswith("book/get_the_code.html")]
+    assert links, f"{page}: no 'Get the code' link in the page header: {facts(page)['header']}"

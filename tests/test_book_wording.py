@@ -17,6 +17,21 @@ from gradalign.book import toc_files
 from gradalign.environment import project_root
 
 PAGES = [f"{entry}.html" for entry in toc_files(project_root())]
+# Text these pages show that comes from modules other engineers are rewriting (experiment notes and check texts
+# in gradalign.experiments, generated pages in gradalign.pages): each case is an expected failure, strict, so the
+# test fails (XPASS) as soon as the text is fixed and the entry must go. Library text cannot change here without
+# changing every record's code fingerprint (see tests/test_citations.py).
+PENDING = {}
+
+
+def pages(test: str) -> list:
+    return [
+        pytest.param(page, marks=pytest.mark.xfail(strict=True, reason=PENDING[test, page]))
+        if (test, page) in PENDING
+        else page
+        for page in PAGES
+    ]
+
 
 INTERNAL = {
     "the project's issue tracker": re.compile(r"this book's issue|\bissue \d+\b", re.I),
@@ -28,7 +43,9 @@ INTERNAL = {
 ABSOLUTE_PATH = re.compile(
     r"(?<![\w.:/~-])(?:/(?:work|home|root|tmp|Users|var|opt|mnt|srv|scratch)/[\w.+-]+|[A-Z]:\\\w)"
 )
-RAW_ID = re.compile(r"\b[a-z][a-z0-9]*_[a-z0-9_]+\b")  # fashion_mnist, test_error: names in the code, not in prose
+RAW_ID = re.compile(
+    r"\b(?:[a-z][a-z0-9]*_[a-z0-9_]+|cifar10|cifar100|stl10|svhn)\b"
+)  # fashion_mnist, cifar10: ids, not names
 RAW_MATH = re.compile(r"\w[_^]\{|\\(?:lambda|alpha|theta|epsilon|sigma|mathcal|frac|nabla)\b")
 
 HIDDEN = {"script", "style", "pre", "code", "kbd", "samp", "math", "svg", "head"}
@@ -40,7 +57,7 @@ class Visible(HTMLParser):
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
-        self.stack, self.text, self.titles = [], [], []
+        self.stack, self.text, self.titles, self.prose, self.cells = [], [], [], [], []
 
     def handle_starttag(self, tag, attrs):
         if tag in ("br", "img", "meta", "link", "input", "hr", "wbr", "source"):
@@ -58,6 +75,7 @@ class Visible(HTMLParser):
         if not data.strip() or any(hidden for _, hidden in self.stack):
             return
         self.text.append(data)
+        (self.cells if any(tag == "table" for tag, _ in self.stack) else self.prose).append(data)
         if any(tag in ("h1", "h2", "h3", "h4", "title", "th", "caption") for tag, _ in self.stack):
             self.titles.append(data.strip())
 
@@ -84,7 +102,7 @@ def seen(book_html):
     return read
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", pages("no_internal_wording"))
 def test_no_internal_wording(seen, page):
     text = " ".join(seen(page).text)
     found = {what: snippets(pattern, text) for what, pattern in INTERNAL.items()}
@@ -92,7 +110,7 @@ def test_no_internal_wording(seen, page):
     assert not found, f"{page}: internal wording a reader cannot use: {found}"
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", pages("no_absolute_paths"))
 def test_no_absolute_paths(book_html, page):
     """Not even in code: a path of the machine that built the book means nothing to a reader."""
     html = (book_html / page).read_text()
@@ -102,22 +120,28 @@ def test_no_absolute_paths(book_html, page):
     assert not found, f"{page}: absolute paths of the build machine: {found}"
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", pages("headings_and_table_headers_use_names_not_identifiers"))
 def test_headings_and_table_headers_use_names_not_identifiers(seen, page):
     found = [t for t in seen(page).titles if RAW_ID.search(t)]
     assert not found, f"{page}: raw identifiers in headings or table headers: {found[:5]}"
 
 
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", pages("no_raw_ascii_math_in_prose"))
 def test_no_raw_ascii_math_in_prose(seen, page):
-    found = snippets(RAW_MATH, " ".join(seen(page).text))
+    found = snippets(RAW_MATH, " ".join(seen(page).prose))
     assert not found, f"{page}: formulas written as raw ASCII or TeX, not typeset: {found}"
+
+
+@pytest.mark.parametrize("page", pages("no_raw_ascii_math_in_tables"))
+def test_no_raw_ascii_math_in_tables(seen, page):
+    found = snippets(RAW_MATH, " ".join(seen(page).cells))
+    assert not found, f"{page}: formulas in tables written as raw ASCII or TeX, not typeset: {found}"
 
 
 def test_the_patterns_catch_what_they_name():
     sample = visible(
         "<h1>Data: fashion_mnist</h1><p>the cost target of this book's issue; runs are in progress: they take "
-        "hours. See PROTOCOLS.md. Stored in /work/main/results. c_{k,i} grows with \\lambda.</p>"
+        "hours (nbval runs it). See PROTOCOLS.md. Stored in /work/main/results. c_{k,i} grows with \\lambda.</p>"
         "<pre>/tmp/x fashion_mnist c_{k,i}</pre><span class='math'>c_{k,i}</span>"
     )
     text = " ".join(sample.text)

@@ -105,7 +105,34 @@ def execute(notebook: Path, target: Path, preset: str) -> None:
         else:
             os.environ["GRADALIGN_BATCH"] = previous
     _hide_default_parameters(tmp)
+    _relative_paths(tmp)
     tmp.replace(target)
+
+
+def relative_paths(text: str, root: Path | None = None) -> str:
+    """Paths inside the checkout written relative to it: `/home/me/gradalign/data/x` -> `data/x`. The book is
+    read on other machines, where the absolute path of the one that built it means nothing."""
+    root_text = str(root or project_root())
+    return text.replace(root_text + "/", "").replace(root_text, ".")
+
+
+def _relative_paths(path: Path) -> None:
+    """`relative_paths` on every text output of an executed notebook."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    changed = False
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            fields = [("text", output)] if "text" in output else []
+            fields += [(key, output["data"]) for key in output.get("data", {}) if key.startswith("text/")]
+            for key, holder in fields:
+                value = holder[key]
+                new = relative_paths(value) if isinstance(value, str) else [relative_paths(v) for v in value]
+                if new != value:
+                    holder[key], changed = new, True
+    if changed:
+        nbformat.write(nb, path)
 
 
 def _hide_default_parameters(path: Path) -> None:
@@ -171,17 +198,18 @@ def build_book(
     for page in pages:
         text = page.read_text()
         if page.suffix == ".md":
-            text = fill_markers(text, preset, store, page_base(page, root))
+            text = relative_paths(fill_markers(text, preset, store, page_base(page, root)))
         _write_if_changed(text, src / page.relative_to(root))
-    _write_if_changed(report_markdown(preset, store), src / "book" / "report.md")
-    _write_if_changed(how_to_run_markdown(), src / "book" / "how_to_run.md")
+    _write_if_changed(relative_paths(report_markdown(preset, store)), src / "book" / "report.md")
+    _write_if_changed(relative_paths(how_to_run_markdown()), src / "book" / "how_to_run.md")
     compute = compute_markdown(preset, store)
-    _write_if_changed(compute + (DIRTY_NOTE if "+dirty" in compute else ""), src / "book" / "compute.md")
+    compute = relative_paths(compute) + (DIRTY_NOTE if "+dirty" in compute else "")
+    _write_if_changed(compute, src / "book" / "compute.md")
     archive, sha, dirty = write_archive(root, src / "book" / "files")
     repository = repository_url((root / "_config.yml").read_text())
     code_page = code_page_markdown(f"files/{archive.name}", sha, dirty, repository)
     _write_if_changed(code_page, src / "book" / "get_the_code.md")
-    _write_if_changed(performance_markdown(store.root), src / "book" / "performance.md")
+    _write_if_changed(relative_paths(performance_markdown(store.root)), src / "book" / "performance.md")
     _jupyter_book(src, out)
     return {"executed": executed, "skipped": skipped, "html": out / "html"}
 

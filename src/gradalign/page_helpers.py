@@ -70,3 +70,18 @@ def split_title(key: str) -> str:
 def field_title(name: str) -> str:
     """A config field as a table label: `weight_decay` -> weight decay."""
     return name.replace("_", " ")
+
+
+SUBSCRIPTS = dict(zip("0123456789+-=()aehijklmnoprstuvx", "₀₁₂₃₄₅₆₇₈₉₊₋₌₍₎ₐₑₕᵢⱼₖₗₘₙₒₚᵣₛₜᵤᵥₓ"))
+
+
+def plain_math(text: str) -> str:
+    """ASCII subscripts in a table cell written as people read them: `δ_{l+1} W_{l+1}` -> δₗ₊₁ Wₗ₊₁, `a_l` -> aₗ
+    (only where every character has a Unicode subscript; other text is left as it is)."""
+    import re
+
+    def sub(match):
+        body = match.group(1) or match.group(2)
+        return "".join(SUBSCRIPTS[c] for c in body) if all(c in SUBSCRIPTS for c in body) else match.group(0)
+
+    return re.sub(r"(?<=\w)_(?:\{([^{}]+)\}|([A-Za-z0-9]))(?![A-Za-z0-9_])", sub, text)
