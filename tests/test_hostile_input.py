@@ -120,6 +120,8 @@ CASES = {
     "lga fig3 n 10**12": (_run("lga.fig3", f"n={10**12}"), "n must be <= 10,000,000"),
     "lga fig3 d 1e6": (_run("lga.fig3", "d=1000000"), "d must be <= 16,384"),
     "lga fig2 n 10**9": (_run("lga.fig2", f"n={10**9}"), "n must be <= 10,000,000"),
+    "sgr depths 1e5": (_run("sgr.tab7", "depths=[11, 100000]"), "Table7Config.depths must be <= 1,000"),
+    "sgr modules 1e4": (_run("sgr.tab3", "modules=10000"), "Table3Config.modules must be <= 1,000"),
     "metagrad alg2 draws": (_run("metagrad.alg2", f"lambda_draws={10**9}"), "lambda_draws must be <= 10,000,000"),
     # --- item 7: flags ---------------------------------------------------------------------------------------
     "repeated --set": (_run("lga.fig1", "steps=50", "steps=60"), "--set steps is given twice (50 and 60)"),
@@ -225,7 +227,7 @@ def test_a_disk_without_room_is_refused_before_compute(no_compute, capsys, monke
 
 
 def test_at_least_sixty_cases():
-    assert len(CASES) + len(ENV_CASES) + 6 >= 60
+    assert len(CASES) + len(ENV_CASES) + 8 >= 60  # + the 8 single tests above
 
 
 def test_sweep_into_a_read_only_cache_is_refused_before_submission(no_compute, capsys, tmp_path, monkeypatch):

@@ -111,6 +111,7 @@ MAX_COUNT = 10_000_000  # any other integer setting (samples, draws, points, bat
 MAX_STEPS = 1_000_000_000  # 2000x the longest protocol of the four papers (500,000 steps)
 MAX_EPOCHS = 10_000
 MAX_REPEATS = 1_000  # seeds, trials, repeats: runs of the same computation
+MAX_DEPTH = 1_000  # layers or modules: 17x the deepest network of the four papers (VGG with 57 layers)
 MAX_WIDTH = 16_384  # a layer of this many units holds 16384^2 = 2.7e8 weights (1 GiB in float32)
 MAX_WIDTH_FACTOR = 16.0  # a network's channels x this: 256x the weights (and activations ~16x) of the paper's
 
@@ -125,6 +126,8 @@ def _size_rule(name: str) -> tuple[float, str] | None:
         return MAX_EPOCHS, f"{MAX_EPOCHS:,} epochs is 12x the longest protocol of the four papers"
     if name in ("seeds", "trials", "repeats", "inits", "problems") or name.endswith("_repeats"):
         return MAX_REPEATS, "each one is a whole run"
+    if name in ("depth", "depths", "modules", "splits") or name.endswith(("_depth", "_splits")):
+        return MAX_DEPTH, "each one is a layer or a module of the network"
     widths = ("width", "widths", "hidden", "dims", "features", "in_features", "channels", "d", "d0", "N", "M")
     if name in widths or name.endswith(("_hidden", "_dim", "_dims", "_width")):
         return MAX_WIDTH, "the memory of a layer grows as its width squared"
