@@ -105,6 +105,7 @@ def _stored(tmp_path) -> list:
             ["protocol.lr=1e6"],
             r"K=3 resnet32 seed 0 diverged at step \d+: \w+ = nan",
         ),
+        ("sgr.eq5-6", ["lr=1e6"], r"Algorithm 1 \(sgr\) diverged at step \d+: local losses = [0-9.e+]+ \(exploded"),
         ("sgr.prop35", ["eta=1e6"], r"diverged at step 1: loss L2' without SGR = [0-9.e+]+ \(exploded"),
     ],
 )

@@ -189,6 +189,7 @@ def eq5_6_checks(m: dict) -> dict[str, dict]:
 @one_thread
 def sgr_objective(cfg: ObjectiveConfig, device) -> dict:
     from gradalign.analysis.local_theory import algorithm1_pass, audit_first_pass, local_chain, sgr_terms
+    from gradalign.divergence import raise_if_exploded
 
     x0, y = teacher_data(torch.Generator().manual_seed(cfg.seed), cfg.batch, cfg.widths[0], cfg.classes)
     audit = audit_first_pass(*local_chain(cfg.widths, cfg.classes, cfg.seed), x0, y, cfg.lam)
@@ -197,9 +198,10 @@ def sgr_objective(cfg: ObjectiveConfig, device) -> dict:
         blocks, heads = local_chain(cfg.widths, cfg.classes, cfg.seed)  # the same initial weights for both
         opts = [torch.optim.SGD([*b.parameters(), *h.parameters()], lr=cfg.lr) for b, h in zip(blocks, heads)]
         terms, losses = [sgr_terms(blocks, heads, x0, y, cfg.reduction)], []
-        for _ in range(cfg.steps):
+        for t in range(1, cfg.steps + 1):
             steps = algorithm1_pass(blocks, heads, opts, x0, y, lam, cfg.reduction)
             losses.append([float(s.loss_local) for s in steps])
+            raise_if_exploded(f"sgr.eq5-6's Algorithm 1 ({name})", t, {"local losses": losses[-1]}, "lower lr")
             terms.append(sgr_terms(blocks, heads, x0, y, cfg.reduction))
         curves[name] = {"sgr": [list(t) for t in zip(*terms)], "loss": [list(t) for t in zip(*losses)]}
     m = {
