@@ -53,46 +53,59 @@ div.math {
 div.math .MathJax_Display {
   margin: 0.4em 0;
 }
+/* Inline math: the same, and room for a glyph's overhang (a tilde, an italic) that the theme clipped. */
+span.math {
+  overflow-x: auto;
+  overflow-y: hidden;
+  padding: 0 0.12em;
+}
 
-/* Tables (check tables, paper-vs-ours tables, DataFrames) scroll inside their own box, and their cells wrap:
-   a long rule or code span in one cell no longer makes a 1,000 px column. */
-.cell_output .output.text_html,
-.cell_output .output.text_markdown,
-.pst-scrollable-table-container {
+/* Every cell output (figures, tables, printed text) scrolls inside the column instead of widening the page. */
+div.cell_output {
   max-width: 100%;
   overflow-x: auto;
 }
+/* Figures are drawn for the column at their design size (gradalign.plotting) and rendered at 2x: never shrink
+   them below it (their 9 pt labels would shrink too); where the column is narrower, the figure scrolls, and a
+   tap opens it at full size. */
+div.cell_output img {
+  max-width: none;
+}
+
+/* Tables (check tables, paper-vs-ours tables, DataFrames): compact, cells that wrap (a long rule, path or code
+   span no longer makes a 1,000 px column), and a scroll box of their own where they are still too wide. */
+.pst-scrollable-table-container,
+div.cell_output .output.text_html {
+  max-width: 100%;
+  overflow-x: auto;
+}
+article table {
+  font-size: 0.9em;
+}
 article table td,
 article table th {
+  padding: 0.3em 0.45em;
   overflow-wrap: break-word;
-  word-break: normal;
   max-width: 22em;
+}
+article table td {
+  overflow-wrap: anywhere;
 }
 article table code {
   white-space: normal;
   overflow-wrap: anywhere;
 }
-
-/* Figures are drawn for the column at their design size (gradalign.plotting) and rendered at 2x: never shrink
-   them below it (their 9 pt labels would shrink too); where the column is narrower, the figure scrolls. */
-.cell_output .output.image_png,
-.cell_output .output.image_svg,
-.cell_output .output:has(> img) {
-  max-width: 100%;
-  overflow-x: auto;
-}
-.cell_output img {
-  max-width: none;
+/* Inline code in prose wraps too (long repository names, paths). */
+article p code,
+article li code {
+  overflow-wrap: anywhere;
 }
 
 @media (max-width: 600px) {
   article table td,
   article table th {
     max-width: 14em;
-    padding: 0.25em 0.4em;
-  }
-  article table {
-    font-size: 0.9em;
+    padding: 0.25em 0.35em;
   }
 }
 """

@@ -85,3 +85,26 @@ def plain_math(text: str) -> str:
         return "".join(SUBSCRIPTS[c] for c in body) if all(c in SUBSCRIPTS for c in body) else match.group(0)
 
     return re.sub(r"(?<=\w)_(?:\{([^{}]+)\}|([A-Za-z0-9]))(?![A-Za-z0-9_])", sub, text)
+
+
+NETWORKS = {
+    "resnet18": "ResNet-18",
+    "resnet32": "ResNet-32",
+    "resnet50": "ResNet-50",
+    "resnet101": "ResNet-101",
+    "plainnet32": "PlainNet-32",
+    "vit_small": "ViT-S",
+    "swin_t": "Swin-T",
+    "swin_s": "Swin-S",
+    "wrn28_2": "WRN-28-2",
+    "conv_large": "Conv-Large",
+}
+
+
+def network_title(name: str) -> str:
+    """A network as the papers write it: `resnet32` -> ResNet-32, `vgg12` -> VGG-12."""
+    if name in NETWORKS:
+        return NETWORKS[name]
+    if name.startswith("vgg") and name[3:].isdigit():
+        return f"VGG-{name[3:]}"
+    return name.replace("_", "-")
