@@ -105,19 +105,45 @@ def test_stale_temporaries_of_dead_writers_are_removed_on_start(tmp_path, quick,
     folder = tmp_path / "results" / "lga" / "lga.fig1"
     folder.mkdir(parents=True)
     old = time.time() - 3600
-    dead = folder / f"smoke-abc.json.x1y2.pid{_dead_pid()}.tmp"
-    mine = folder / f"smoke-abc.json.x1y3.pid{os.getpid()}.tmp"
-    fresh = folder / f"smoke-abd.json.x1y4.pid{_dead_pid()}.tmp"
-    legacy = tmp_path / "cache" / "runs" / "trial" / "0123456789abcdef.jsonk3j4.tmp"
+    dead = folder / f"smoke-abc.json.x1y2z3w4.pid{_dead_pid()}.tmp"
+    mine = folder / f"smoke-abc.json.x1y3z3w4.pid{os.getpid()}.tmp"
+    fresh = folder / f"smoke-abd.json.x1y4z3w4.pid{_dead_pid()}.tmp"
+    legacy = tmp_path / "cache" / "runs" / "trial" / "0123456789abcdef.jsonk3j4_9a8.tmp"
     legacy.parent.mkdir(parents=True)
-    other = folder / "notes.tmp"  # not ours: left alone
-    for path in (dead, mine, fresh, legacy, other):
+    others = [folder / "notes.tmp", folder / "backup.json.tmp", folder / "x.json.keep.me.tmp"]  # not ours
+    for path in (dead, mine, fresh, legacy, *others):
         path.write_text("{half")
-    for path in (dead, mine, legacy, other):
+    for path in (dead, mine, legacy, *others):
         os.utime(path, (old - 86400, old - 86400))
     assert main(["run", ELEMENT, "--preset", "smoke"]) == 0
     assert not dead.exists() and not legacy.exists()
-    assert mine.exists() and fresh.exists() and other.exists()
+    assert mine.exists() and fresh.exists() and all(path.exists() for path in others)
+
+
+_KILLED_WRITE = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from gradalign.atomic import write_atomically
+
+    def write(handle):
+        handle.write("{half")
+        handle.flush()
+        os._exit(9)  # killed in the middle of the write: no cleanup runs
+
+    write_atomically(Path(sys.argv[1]), write)
+    """
+)
+
+
+def test_the_temporary_file_of_a_killed_write_is_removed(tmp_path):
+    target = tmp_path / "results" / "lga" / "lga.fig1" / "smoke-0123.json"
+    assert subprocess.run([sys.executable, "-c", _KILLED_WRITE, str(target)]).returncode == 9
+    (left,) = target.parent.glob("*.tmp")
+    assert not target.exists()
+    assert remove_stale_temporaries(tmp_path / "results") == []  # too fresh: it could be a write in progress
+    os.utime(left, (time.time() - 120, time.time() - 120))
+    assert remove_stale_temporaries(tmp_path / "results") == [left] and not left.exists()
 
 
 def test_remove_stale_temporaries_of_a_missing_root_is_a_no_op(tmp_path):

@@ -47,8 +47,11 @@ class StorageError(GradalignError, OSError):
 MIN_FREE_BYTES = 64 * 2**20  # room a run needs in each root it writes: records, run entries, checkpoints
 STALE_AFTER_S = 60.0  # a temporary file of a dead writer, untouched this long, is removed
 ORPHAN_AFTER_S = 24 * 3600.0  # a temporary file without a writer's pid (older format), untouched this long
-_TEMPORARY = re.compile(r"^.+\.(?:json|pt).*\.tmp$")  # `<target>.json<random>.tmp`, any version
-_TEMPORARY_PID = re.compile(r"\.pid(\d+)\.tmp$")
+# The names tempfile.mkstemp gives our temporary files (8 random characters): `<target>.<random>.pid<N>.tmp`
+# (with the writer's pid), `.gradalign-probe.<random>.pid<N>.tmp` (check_writable) and, from before the pid was
+# named, `<target><random>.tmp`, where a target is a .json or .pt file. Nothing else is ever removed.
+_TEMPORARY_PID = re.compile(r"^(?:.+\.(?:json|pt)|\.gradalign-probe)\.[a-z0-9_]{8}\.pid(\d+)\.tmp$")
+_TEMPORARY_OLD = re.compile(r"^.+\.(?:json|pt)[a-z0-9_]{8}\.tmp$")
 
 
 def _why(err: OSError) -> str:
@@ -118,13 +121,13 @@ def remove_stale_temporaries(root: Path, now: float | None = None) -> list[Path]
     if not root.is_dir():
         return removed
     for path in root.rglob("*.tmp"):
-        if not _TEMPORARY.match(path.name) and not path.name.startswith(".gradalign-probe."):
+        pid = _TEMPORARY_PID.match(path.name)
+        if not pid and not _TEMPORARY_OLD.match(path.name):
             continue
         try:
             age = now - path.stat().st_mtime
         except OSError:
             continue
-        pid = _TEMPORARY_PID.search(path.name)
         stale = age > STALE_AFTER_S and not _alive(int(pid.group(1))) if pid else age > ORPHAN_AFTER_S
         if stale:
             try:
