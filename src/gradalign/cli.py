@@ -65,9 +65,9 @@ def cmd_run(args) -> int:
         _check_writable(store.root)
         _prepare_storage(store.root, cache)
         config_hash = exp.resolve(preset, overrides).digest(exp.version)
-        if store.path(args.id, preset, config_hash).is_dir():
-            raise ConfigError(f"{store.path(args.id, preset, config_hash)} is a folder, where the record goes; move it")
         path = store.path(args.id, preset, config_hash)
+        if path.is_dir():
+            raise ConfigError(f"{path} is a folder, where the record goes; move it away")
         with _record_lock(cache, args.id, preset, config_hash), _reported_already(path):
             stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)  # meanwhile?
             with time_box(args.time_limit):
