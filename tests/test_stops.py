@@ -228,3 +228,13 @@ def test_a_boxed_run_stops_records_nothing_and_resumes_to_the_record_of_a_run_ne
     whole = runner.run(element_id, "smoke", overrides, store=ResultStore(tmp_path / "whole-results"))
     assert "parts" not in whole["provenance"]
     assert _numbers(resumed) == _numbers(whole)
+
+
+def test_the_command_box_is_refused_under_torchrun_with_several_processes():
+    """The loop would read each rank's own clock, and one rank could stop while the others wait for it."""
+    from gradalign.training import loop
+    from gradalign.training.distributed import DistributedContext, train_data_parallel
+
+    second = DistributedContext(rank=1, world_size=2, local_rank=1, device=torch.device("cpu"))
+    with timebox.time_box(5.0), pytest.raises(ConfigError, match="run without it under torchrun"):
+        train_data_parallel(None, 4, context=second, eval_at=loop.every(2, 4), name="x")
