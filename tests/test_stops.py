@@ -202,7 +202,7 @@ def _numbers(record: dict) -> dict:
     [
         ("lga.fig5", {"methods": ("supervised", "lga"), "labels": (50,)}),
         ("metagrad.tab4", {}),
-        ("isoloss.tab1", {"epochs": (2,), "seeds": 1, "train_subset": 256}),
+        ("isoloss.tab1", {"epochs": (2,), "seeds": 1, "train_subset": 256, "siamese.probe_iterations": 20}),
         ("sgr.tab3", {"networks": ("resnet32",), "seeds": 1}),
     ],
 )
