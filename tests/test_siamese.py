@@ -11,7 +11,7 @@ from gradalign.data.augment import SimCLRAugment
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.models.vgg import VGG11, VGG11_LAYERS, scaled_channels
 from gradalign.training import siamese
-from gradalign.training.checkpoint import load_checkpoint
+from gradalign.training.checkpoint import CheckpointWarning, load_checkpoint
 from gradalign.training.ema import ema_network_update
 from gradalign.training.schedules import cosine_ema_rate, warmup_cosine
 from gradalign.training.siamese import CURVES, SiameseSettings, train_siamese
@@ -192,10 +192,14 @@ def test_resumed_run_is_bitwise_identical_to_an_uninterrupted_one(tmp_path, monk
     whole_run, resumed_run = runs[0], runs[2]
     assert whole_run.target is not None  # TINY trains with the EMA target: it is compared too
     _assert_identical(_without_times(resumed_run.state_dict()), _without_times(whole_run.state_dict()))
-    with pytest.raises(ConfigError, match="another run"):
-        train_siamese(images, labels, *test, dataclasses.replace(TINY, lr=0.2), checkpoint=tmp_path / "split.pt")
-    with pytest.raises(ConfigError, match="another run"):  # other data
-        train_siamese(images.flip(0), labels, *test, TINY, checkpoint=tmp_path / "split.pt")
+    # another run's checkpoint is set aside (kept for its run) and this run starts fresh (issue 25)
+    (tmp_path / "whole.pt").write_bytes((tmp_path / "split.pt").read_bytes())
+    with pytest.warns(CheckpointWarning, match="belongs to another run"):
+        other_seed = dataclasses.replace(TINY, seed=TINY.seed + 1)
+        train_siamese(images, labels, *test, other_seed, checkpoint=tmp_path / "split.pt", max_epochs_this_call=1)
+    with pytest.warns(CheckpointWarning, match="belongs to another run"):  # other data
+        train_siamese(images.flip(0), labels, *test, TINY, checkpoint=tmp_path / "whole.pt", max_epochs_this_call=1)
+    assert len(list(tmp_path.glob("*.pt.other-*"))) == 2
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from gradalign.methods.supervised import SupervisedSettings
 from gradalign.models.mlp import relu_mlp
 from gradalign.models.small_cnn import SmallCNN
 from gradalign.training import ssl
-from gradalign.training.checkpoint import load_checkpoint
+from gradalign.training.checkpoint import CheckpointWarning, load_checkpoint
 from gradalign.training.protocols import OliverProtocol, oliver_settings
 from gradalign.training.schedules import sigmoid_rampup
 from gradalign.training.shells import ShellsTrialSettings, shells_trial
@@ -385,14 +385,15 @@ def test_resume_is_bit_identical(method, tmp_path, monkeypatch):
     assert out["train_seconds"] > 0
 
 
-def test_checkpoint_of_another_run_is_refused(tmp_path, monkeypatch):
+def test_checkpoint_of_another_run_is_set_aside_and_the_run_starts_fresh(tmp_path, monkeypatch):
     data = make_data(translate=2)
     path = tmp_path / "run.pt"
     _run("lga", data, monkeypatch, path, interrupt_at=6)
-    assert path.exists()
-    with pytest.raises(ConfigError, match="another run"):
+    before = path.read_bytes()
+    with pytest.warns(CheckpointWarning, match="belongs to another run"):
         _run("lga", data, monkeypatch, path, lr=2e-3)
-    assert path.exists()
+    (aside,) = tmp_path.glob("run.pt.other-*")
+    assert aside.read_bytes() == before  # kept for the run it belongs to
 
 
 # ---- 8b. the benchmark times the trainer's own steps ------------------------------------------------------
