@@ -27,7 +27,7 @@ def test_lga_table1_rows_pair_each_method_with_the_papers_column():
     assert rows[2]["quantity"].startswith("LGA") and f"{LGA_TABLE1['LGA']['svhn_1000'][0]:.2f}" in rows[2]["paper"]
     assert rows[1]["ours"].startswith("11.00 (CIFAR-10, 4000 labels, CIFAR-10 hyperparameters, 1 seed)")
     assert "SVHN hyperparameters" in rows[3]["ours"] and "±" not in rows[3]["ours"]
-    assert "11.00 ± 0.50" in paper_vs_ours(_tab1_record(seeds=3))[1]["ours"]
+    assert "11.00 ± 0.29 SE" in paper_vs_ours(_tab1_record(seeds=3))[1]["ours"]  # std 0.5 over 3 seeds
     assert set(TITLES.values()) == set(LGA_TABLE1)  # every method of the loop has a paper row
 
 
@@ -47,7 +47,7 @@ def test_metagrad_rows_put_the_papers_three_data_sets_beside_our_column():
     summary = {"best_test_error": {"mean": 12.345, "std": 0.5, "n": 3}}
     record = {"id": "metagrad.tab4", "metrics": {"table": {"fashion_mnist_1000": {"meta_mixup": summary}}}}
     (row,) = paper_vs_ours(record)
-    assert "CIFAR-10-4k 7.78" in row["paper"] and row["ours"].startswith("12.35 ± 0.50 (Fashion-MNIST, 1,000 labels")
+    assert "CIFAR-10-4k 7.78" in row["paper"] and row["ours"].startswith("12.35 ± 0.29 SE (Fashion-MNIST, 1,000 labels")
 
 
 def test_elements_without_paper_numbers_have_no_rows():

@@ -134,6 +134,9 @@ SGR_TITLES = {
 }
 
 
+NETWORKS = {"resnet32": "ResNet-32", "plainnet32": "PlainNet-32"}
+
+
 def _ours(s: dict, dataset: str, extra: str = "") -> str:
     return f"{mean_se(s)} ({_title(dataset)}{extra}, {_seeds(s['n'])})"
 
@@ -147,7 +150,7 @@ def _sgr_tab3(record: dict) -> list[dict]:
                 paper = SGR_TABLE3[keys[m]][net]
                 rows.append(
                     {
-                        "quantity": f"{SGR_TITLES[m]}, {net}: final test accuracy %",
+                        "quantity": f"{SGR_TITLES[m]}, {NETWORKS.get(net, net)}: final test accuracy %",
                         "paper": f"{_paper(paper)} (CIFAR-10)",
                         "ours": _ours(s, dataset),
                     }

@@ -91,12 +91,16 @@ def format_value(value) -> str:
         return str(value)
     if isinstance(value, float):
         return f"{value:.3g}"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ", ".join(value) if value else "none"
+    if isinstance(value, list) and len(value) <= 12 and all(isinstance(v, (int, float, type(None))) for v in value):
+        return "[" + ", ".join("—" if v is None else format_value(v) for v in value) + "]"
     if isinstance(value, list):
         return "per-curve values in the record"
     if isinstance(value, dict) and {"a", "b", "diff", "se"} <= set(value):  # a comparison (`rules.compare`)
         n = f", n = {value['n_a']}/{value['n_b']}" if "n_a" in value else ""
         tie = " (tie)" if value.get("tie") else ""
-        return f"{value['a']:.4g} vs {value['b']:.4g}: d = {_signed(value['diff'])} ± {value['se']:.2g} SE{n}{tie}"
+        return f"{value['a']:.4g} vs {value['b']:.4g}: d = {_signed(value['diff'])} ± {value['se']:.3g} SE{n}{tie}"
     if isinstance(value, dict):
         return "{" + ", ".join(f"{breakable(str(k))}: {format_value(v)}" for k, v in value.items()) + "}"
     return str(value)
@@ -214,11 +218,15 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
         "Generated from the experiment registry and the results store when the book was built. Each row shows "
         "the record the book uses: the largest stored preset (`paper` > `gpu` > `cpu`), or the preset the book "
         f"was built with (this build: `{preset}`). A verdict comes from the numeric checks stored in the record, "
-        "never typed in. A failure at reduced scale (other data, fewer steps or seeds) is counted apart from a "
-        "failure at the paper's scale, and its scale is named. *Code* says whether the library code that "
-        "computed the record has changed since.",
+        "never typed in. *Analytic* elements (derivations, definitions, closed forms) are reproduced or not. "
+        "*Empirical* elements (trained models, simulated dynamics) are decided only by a valid test: the runs "
+        "finished learning, the baseline fits its labels, the method's own term acted, enough seeds; otherwise "
+        "they are *inconclusive*, and so is a difference within 2 standard errors. The scale of a reduced-scale "
+        "record is named beside its verdict. *Code* says whether the library code that computed the record has "
+        "changed since.",
         "",
-        f"{summary_counts(verdicts)} — of {len(ELEMENTS)} elements.",
+        f"**Analytic:** {split_counts(verdicts)['analytic']}. **Empirical:** {split_counts(verdicts)['empirical']}. "
+        f"Of {len(ELEMENTS)} elements in all.",
         "",
     ]
     details = []
