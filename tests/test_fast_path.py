@@ -15,8 +15,7 @@ from gradalign import timebox
 from gradalign.cli import main
 from gradalign.errors import ConfigError
 from gradalign.methods.consistency import vat_perturbation
-from gradalign.training import fast as fast_module
-from gradalign.training.fast import ON_CUDA, REFERENCE, FastPath, fast_path_for, prepare_model
+from gradalign.training.fast import ON_CUDA, REFERENCE, FastPath, prepare_model
 from gradalign.training.protocols import oliver_settings
 from gradalign.training.ssl import METHODS, SSLRun, train_ssl
 from tests.test_ssl_training import assert_identical, make_data, make_model, params, protocol
@@ -101,29 +100,21 @@ def test_vat_power_iteration_ignores_an_enclosing_autocast():
     assert torch.equal(r(False), r(True))
 
 
-def test_fast_path_for_the_device_and_the_environment(monkeypatch):
-    monkeypatch.delenv(fast_module.VARIABLE, raising=False)
-    assert fast_path_for("cpu") == REFERENCE and fast_path_for(torch.device("cuda", 0)) == ON_CUDA
-    monkeypatch.setenv(fast_module.VARIABLE, "off")
-    assert fast_path_for("cuda") == REFERENCE
-    monkeypatch.setenv(fast_module.VARIABLE, "bf16, compile")
-    assert fast_path_for("cpu") == FastPath(bf16=True, compile=True)
-    monkeypatch.setenv(fast_module.VARIABLE, "bf16,fp8")
-    with pytest.raises(ConfigError, match="GRADALIGN_FAST"):
-        fast_path_for("cpu")
-
-
-def test_a_unit_key_names_the_fast_path_only_when_it_is_on(monkeypatch):
+def test_a_unit_key_names_the_fast_path_only_when_it_is_on():
     from gradalign.experiments.lga.ssl_runs import SSLBenchConfig, run_unit
 
-    monkeypatch.delenv(fast_module.VARIABLE, raising=False)
-    cfg = SSLBenchConfig()
-    plain = run_unit(cfg, "fashion_mnist", "cifar", "lga", 250, 0, "cpu")
+    plain = run_unit(SSLBenchConfig(), "fashion_mnist", "cifar", "lga", 250, 0, "cpu")
     assert "fast" not in plain.spec
-    monkeypatch.setenv(fast_module.VARIABLE, "bf16")
-    bf16 = run_unit(cfg, "fashion_mnist", "cifar", "lga", 250, 0, "cpu")
+    bf16 = run_unit(SSLBenchConfig(fast=FastPath(bf16=True)), "fashion_mnist", "cifar", "lga", 250, 0, "cpu")
     assert bf16.spec["fast"] == {"bf16": True, "channels_last": False, "compile": False}
     assert {k: v for k, v in bf16.spec.items() if k != "fast"} == plain.spec
+
+
+def test_the_gpu_preset_sets_the_fast_path_in_its_config():
+    from gradalign.experiments import get
+
+    assert get("lga.fig7").resolve("gpu").fast == ON_CUDA
+    assert get("lga.fig7").resolve("cpu").fast == REFERENCE
 
 
 # ---- the time box ------------------------------------------------------------------------------------

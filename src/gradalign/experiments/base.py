@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from gradalign.config import Config, resolve
+from gradalign.errors import ConfigError
 from gradalign.verdict import derive_verdict
 
 
@@ -23,9 +24,18 @@ class Experiment:
     choices: dict[str, str] = field(default_factory=dict)  # our choices where the paper is silent
     shares: str = ""  # stored runs this experiment reads and shares with others (the report names them)
     scale: Callable[[dict], str] | None = None  # record -> its scale against the paper's (reduced scope)
+    unused: Callable[[Config], dict[str, str]] | None = None  # config -> {dotted field: why this one ignores it}
 
     def resolve(self, preset: str, overrides: dict[str, Any] | None = None) -> Config:
-        return resolve(self.config, self.presets, preset, overrides)
+        """The validated config; an override of a field this experiment does not use at that config is refused
+        (a record must never be labelled with a setting it did not run with)."""
+        cfg = resolve(self.config, self.presets, preset, overrides)
+        unused = self.unused(cfg) if self.unused else {}
+        for key in overrides or {}:
+            for name, why in unused.items():
+                if key == name or key.startswith(name + ".") or name.startswith(key + "."):
+                    raise ConfigError(f"{key} is not used by this experiment ({self.id}: {why}); leave it out")
+        return cfg
 
 
 def same_as_cpu(cpu: dict, smoke: dict) -> dict[str, dict]:
@@ -63,8 +73,6 @@ def outcome(
     the methods the claims compare), so that no record claims one.
     """
     if not checks:
-        from gradalign.errors import ConfigError
-
         raise ConfigError(
             "these settings leave no check of the paper's claims, and a record without checks is not a verdict; "
             "keep the methods, arms or sizes that the claims compare (see the config's defaults)"

@@ -11,19 +11,19 @@
   method says so); whether it pays is measured by `gradalign bench wrn_throughput`, not assumed.
 
 With every switch off nothing changes: the reference path is the code without this module, to the last bit.
+The switches are a config field (`fast.bf16=true`, ...), in the record's hash and the run keys: never read from
+the environment, so a record always names the path it ran.
 Data resident on the device and augmentation there belong to the data sets (`data.ssl_data`, `data.crop_flip`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from dataclasses import dataclass
 
 import torch
 
 from gradalign.config import Settings
-from gradalign.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -52,27 +52,8 @@ class FastPath(Settings):
 REFERENCE = FastPath()
 """Every switch off: the fp32 eager reference path."""
 ON_CUDA = FastPath(bf16=True, channels_last=True)
-"""The default on a GPU. Compile stays off (our choice) until `gradalign bench wrn_throughput` on a GPU shows
-that it pays for its compile time."""
-VARIABLE = "GRADALIGN_FAST"
-SWITCHES = ("bf16", "channels_last", "compile")
-
-
-def fast_path_for(device: torch.device | str) -> FastPath:
-    """The fast path of runs on `device`: $GRADALIGN_FAST when set (`off`, or switches joined by commas, e.g.
-    `bf16,channels_last`), else `ON_CUDA` on a GPU and the reference on a CPU."""
-    raw = os.environ.get(VARIABLE, "").strip()
-    if not raw:
-        return ON_CUDA if torch.device(device).type == "cuda" else REFERENCE
-    if raw == "off":
-        return REFERENCE
-    names = [name.strip() for name in raw.split(",")]
-    unknown = [name for name in names if name not in SWITCHES]
-    if unknown:
-        raise ConfigError(
-            f"{VARIABLE} must be 'off' or switches among {', '.join(SWITCHES)} joined by commas; got {raw!r}"
-        )
-    return FastPath(**{name: True for name in names})
+"""What the `gpu` presets set (the config field `fast`, in the run keys when on). Compile stays off (our choice)
+until `gradalign bench wrn_throughput` on a GPU shows that it pays for its compile time."""
 
 
 def prepare_model(model: torch.nn.Module, fast: FastPath) -> torch.nn.Module:

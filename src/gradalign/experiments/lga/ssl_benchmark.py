@@ -12,7 +12,14 @@ from __future__ import annotations
 from gradalign.data.image_sets import IMAGE_SETS
 from gradalign.experiments.base import Experiment, check, outcome, plural, scale_text
 from gradalign.experiments.rules import all_of, compare
-from gradalign.experiments.lga.ssl_runs import RUN_VERSION, SSLBenchConfig, TableConfig, column_configs, sweep
+from gradalign.experiments.lga.ssl_runs import (
+    RUN_VERSION,
+    SSLBenchConfig,
+    TableConfig,
+    column_configs,
+    sweep,
+    unused_settings,
+)
 
 NOTEBOOK = "notebooks/lga/04_ssl_benchmark.ipynb"
 
@@ -198,6 +205,8 @@ GPU = {
     "n_pool": 0,
     "n_test": 0,
     "protocol.eval_every": 1000,
+    "fast.bf16": True,
+    "fast.channels_last": True,
 }
 
 
@@ -271,6 +280,7 @@ EXPERIMENTS = [
         choices=CHOICES,
         shares=SHARED_RUNS,
         scale=ssl_scale,
+        unused=unused_settings,
     ),
     Experiment(
         "lga.fig6",
@@ -289,6 +299,7 @@ EXPERIMENTS = [
         choices=CHOICES,
         shares=SHARED_RUNS,
         scale=ssl_scale,
+        unused=unused_settings,
     ),
     Experiment(
         "lga.fig7",
@@ -308,6 +319,7 @@ EXPERIMENTS = [
         choices=CHOICES,
         shares=SHARED_RUNS,
         scale=ssl_scale,
+        unused=unused_settings,
     ),
     Experiment(
         "lga.tab1",
@@ -330,5 +342,6 @@ EXPERIMENTS = [
         choices=CHOICES,
         shares=SHARED_RUNS,
         scale=ssl_scale,
+        unused=unused_settings,
     ),
 ]

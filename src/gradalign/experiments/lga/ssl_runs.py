@@ -17,7 +17,7 @@ from gradalign.config import Config, require
 from gradalign.run_unit import Unit
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
 from gradalign.runtime import select_device
-from gradalign.training.fast import fast_path_for
+from gradalign.training.fast import FastPath
 from gradalign.training.protocols import FAMILIES, OliverProtocol
 
 RUN_VERSION = 1
@@ -40,6 +40,7 @@ class SSLBenchConfig(Config):
     n_test: int = 5000  # 0 = the whole test split
     protocol: OliverProtocol = OliverProtocol(steps=1000, eval_every=200)  # cpu: 1,000 steps (Oliver: 500k)
     lga: LGABenchmarkSettings = LGABenchmarkSettings(alpha_w=1e-2)  # alpha_w: our choice for short runs
+    fast: FastPath = FastPath()  # bf16 autocast, channels-last, compile (training.fast); the gpu preset sets them
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -70,6 +71,19 @@ class SSLBenchConfig(Config):
             "must be 0 or >= the largest label count",
         )
         require(self, "n_test", self.n_test >= 0, "must be >= 0")
+
+
+def unused_settings(cfg: SSLBenchConfig) -> dict[str, str]:
+    """The fields this config's runs do not read: refused as overrides (`Experiment.unused`)."""
+    out = {}
+    if cfg.model != "small_cnn":
+        out["width"] = f"it sets small_cnn's channels, and model is {cfg.model}"
+    if not {"lga", "lga_vat"} & set(cfg.methods):
+        out["lga"] = "LGA's settings, and methods has neither lga nor lga_vat"
+    if isinstance(cfg, TableConfig):
+        why = "Table 1 takes each column's data set, family, labels and validation size from `columns`"
+        out.update({name: why for name in ("dataset", "families", "labels", "n_validation")})
+    return out
 
 
 def _check_labels(cfg, name: str, dataset: str, labels, n_validation: int) -> None:
@@ -162,10 +176,10 @@ def run_unit(
 ) -> Unit:
     """One training run as a run-cache unit: what `ssl_run` reads back, and what `gradalign sweep` computes as a
     job of its own. `device`: where it trains; None: chosen where it runs (CUDA when the job sees a GPU).
-    The fast path (`training.fast.fast_path_for`) is fixed here, from `device` (None: this machine's default
-    device), and named in the key when it is on: an fp32 and a bf16 run are different entries."""
+    The fast path is the config's `fast`, named in the key when it is on: an fp32 and a bf16 run are different
+    entries."""
     settings = method_settings(cfg, method, family)
-    fast = fast_path_for(device if device is not None else select_device())
+    fast = cfg.fast
     spec = {
         "dataset": dataset,
         "method": method,

@@ -1,0 +1,103 @@
+"""Every setting takes effect, or is refused (issue 26, item 2).
+
+For every registered experiment and every settable field (dotted names included), the test changes the field
+to another valid value and checks that either the run keys change (the keys of the experiment's units, for an
+experiment that stores its runs as units; else the record's config hash, which keys its one-piece computation)
+or the change is refused with "not used by this experiment" before any compute. A field whose change leaves the
+unit keys as they were would label a record with settings it did not run with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+
+from gradalign.config import ConfigError, settings_fields
+from gradalign.experiments import EXPERIMENTS
+from gradalign.experiments.units import UNITS, units_of
+
+NOT_USED = "not used by this experiment"
+
+
+def _preset(exp) -> str:
+    return "smoke" if "smoke" in exp.presets else next(iter(exp.presets))
+
+
+def _value(cfg, dotted: str):
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _hint(cfg, dotted: str):
+    *owners, name = dotted.split(".")
+    for part in owners:
+        cfg = getattr(cfg, part)
+    return typing.get_type_hints(type(cfg)).get(name)
+
+
+def _candidates(exp, cfg, dotted: str) -> list:
+    """Other values to try for `dotted`: a small step from the current one, then the other presets' values."""
+    value, hint = _value(cfg, dotted), _hint(cfg, dotted)
+    out: list = []
+    if isinstance(value, bool):
+        out.append(not value)
+    elif isinstance(value, int):
+        out += [value + 1, value - 1, value * 2, 1]
+    elif isinstance(value, float):
+        out += [value * 1.5, value * 0.5, value + 0.1, 0.1, 0.5]
+    elif isinstance(value, tuple) and len(value) > 1:
+        out += [value[:-1], value[1:]]
+    elif isinstance(value, str) and typing.get_origin(hint) is typing.Literal:
+        out += [a for a in typing.get_args(hint) if a != value]
+    for preset in exp.presets:
+        try:
+            other = _value(exp.resolve(preset), dotted)
+        except ConfigError:
+            continue
+        if dataclasses.is_dataclass(other):
+            continue
+        out.append(list(other) if isinstance(other, tuple) else other)
+    if isinstance(value, str):
+        out += ["jvp", "fd", "svhn", "cifar10", "wrn28_2", "small_cnn", "sgr", "bp", "vgg11", "resnet32"]
+    return [v for v in out if v != value and v != (list(value) if isinstance(value, tuple) else value)]
+
+
+def run_keys(exp, cfg) -> set:
+    """What identifies the computation: its units' keys, or the config hash of a one-piece experiment."""
+    if exp.id in UNITS:
+        return {(unit.kind, unit.key) for unit in units_of(exp.id, cfg)}
+    return {cfg.digest(exp.version)}
+
+
+def silently_ignored(exp) -> tuple[list[str], int]:
+    """The dotted fields of `exp` whose change keeps its run keys and is not refused; and how many were tried."""
+    preset = _preset(exp)
+    base = exp.resolve(preset)
+    keys = run_keys(exp, base)
+    ignored, tried = [], 0
+    for dotted in settings_fields(exp.config):
+        for candidate in _candidates(exp, base, dotted):
+            try:
+                changed = exp.resolve(preset, {dotted: candidate})
+            except ConfigError as err:
+                if NOT_USED in str(err):
+                    tried += 1
+                    break
+                continue  # not a valid value here: try the next
+            tried += 1
+            if run_keys(exp, changed) == keys:
+                ignored.append(f"{dotted}={candidate!r}")
+            break
+    return ignored, tried
+
+
+@pytest.mark.parametrize("element_id", sorted(EXPERIMENTS))
+def test_every_setting_changes_the_run_keys_or_is_refused(element_id, monkeypatch, tmp_path):
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))
+    exp = EXPERIMENTS[element_id]
+    ignored, tried = silently_ignored(exp)
+    assert not ignored, f"{element_id}: changing these leaves its run keys as they were: {', '.join(ignored)}"
+    assert tried >= len(settings_fields(exp.config)) // 2, f"{element_id}: only {tried} fields could be changed"
