@@ -193,6 +193,7 @@ def test_cache_root_that_is_a_file(no_compute, capsys, monkeypatch, tmp_path):
 def test_report_out_that_is_a_folder(no_compute, capsys, tmp_path):
     assert_one_line_error(capsys, ["report", "--out", str(tmp_path)], "is a folder")
     assert_one_line_error(capsys, ["report", "--out", str(tmp_path / "no" / "r.md")], "does not exist")
+    assert_one_line_error(capsys, ["report", "--out", ""], "--out is empty")
 
 
 def _refuse_writes_under(monkeypatch, root, code=errno.EACCES):

@@ -34,6 +34,7 @@ LAYERS = [
         "elements",
         "runcache",
         "schema",
+        "sizes",
         "run_unit",
         "record_text",
         "timebox",
@@ -46,7 +47,7 @@ LAYERS = [
     ("training",),
     ("benchmarks",),
     ("experiments",),
-    ("results", "runner", "comparison", "report", "pages", "bench", "sweep"),
+    ("results", "runner", "comparison", "report", "pages", "bench", "sweep", "storage"),
     ("plotting", "page_helpers", "downloads", "source_archive", "notebook", "book", "book_static", "cli", "__main__"),
 ]
 

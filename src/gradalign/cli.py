@@ -15,13 +15,13 @@ compute once: the second waits for the first's lock, then loads its record.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 from pathlib import Path
 from typing import NoReturn
 
+from gradalign import storage
 from gradalign.errors import ConfigError, GradalignError
 from gradalign.timebox import TimeBoxSpent
 
@@ -54,21 +54,21 @@ def cmd_run(args) -> int:
     check_minutes(args.time_limit)
     overrides = parse_overrides(args.set)
     exp = get(args.id)
-    store = _result_store(args.results)
-    cache = _cache_root()
-    _check_results_root(store.root)
+    store = storage.result_store(args.results)
+    cache = storage.run_cache_root()
+    storage.check_results_root(store.root)
     preset = _preset_to_run(exp, args, overrides, store)
     if args.show_config:
         return _show_config(exp.resolve(preset, overrides), preset)
     stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)
     if stored is None:
-        _check_writable(store.root)
-        _prepare_storage(store.root, cache)
+        storage.check_results_writable(store.root)
+        storage.prepare_storage(store.root, cache)
         config_hash = exp.resolve(preset, overrides).digest(exp.version)
         path = store.path(args.id, preset, config_hash)
         if path.is_dir():
             raise ConfigError(f"{path} is a folder, where the record goes; move it away")
-        with _record_lock(cache, args.id, preset, config_hash), _reported_already(path):
+        with storage.record_lock(cache, args.id, preset, config_hash), storage.reported_already(path):
             stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)  # meanwhile?
             with time_box(args.time_limit):
                 record = (
@@ -94,85 +94,6 @@ def _preset_to_run(exp, args, overrides: dict, store) -> str:
     if args.force:
         return "cpu"
     return runner.best_stored_preset(exp.id, overrides, store) or "cpu"
-
-
-@contextlib.contextmanager
-def _reported_already(path: Path):
-    """Within: no second RecordWarning about the record at `path` (reported once, before the lock)."""
-    import re
-    import warnings
-
-    from gradalign.results import RecordWarning
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", f"ignoring stored record {re.escape(str(path))}:", RecordWarning)
-        yield
-
-
-def _result_store(given: str | None):
-    """The results store of --results, else $GRADALIGN_RESULTS, else the checkout's results/; an empty path
-    (`--results ""`, `GRADALIGN_RESULTS=`) is refused rather than read as "the checkout's committed records"."""
-    from gradalign.results import ResultStore
-
-    if given is not None and not given.strip():
-        raise ConfigError("--results is empty; give a folder, or leave it out for $GRADALIGN_RESULTS or ./results")
-    if given is None and "GRADALIGN_RESULTS" in os.environ and not os.environ["GRADALIGN_RESULTS"].strip():
-        raise ConfigError("GRADALIGN_RESULTS is set but empty; give it a folder, or unset it for ./results")
-    return ResultStore(given) if given else ResultStore()
-
-
-def _cache_root() -> Path:
-    """The run cache root (ConfigError when GRADALIGN_CACHE is empty or names a file)."""
-    from gradalign.runcache import cache_root
-
-    return cache_root()
-
-
-def _prepare_storage(results: Path, cache: Path) -> None:
-    """Before compute: both roots take files and have room (StorageError otherwise); the temporary files that
-    killed writes left in them are removed."""
-    from gradalign.atomic import check_writable, remove_stale_temporaries
-
-    check_writable(results, "results root")
-    check_writable(cache, "run cache (GRADALIGN_CACHE)")
-    for root in (results, cache):
-        remove_stale_temporaries(root)
-
-
-@contextlib.contextmanager
-def _record_lock(cache: Path, element_id: str, preset: str, config_hash: str):
-    """One `gradalign run` per record key at a time: a second identical run waits here, then loads the first
-    one's record instead of computing it again."""
-    from gradalign.runcache import key_lock
-
-    with key_lock(cache / "locks" / f"{element_id}-{preset}-{config_hash}.lock", f"record {element_id} [{preset}]"):
-        yield
-
-
-def _check_results_root(root: Path) -> None:
-    """The results root must be a folder, or a path whose nearest existing parent is a folder."""
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"results root {str(root)!r} is a file; give a folder (it is created if missing)")
-    ancestor = _nearest_existing(root)
-    if not ancestor.is_dir():
-        raise ConfigError(f"results root {str(root)!r} cannot be created: {str(ancestor)!r} is a file, not a folder")
-
-
-def _check_writable(root: Path) -> None:
-    """Before computing: the record's folder must be creatable and writable."""
-    ancestor = _nearest_existing(root)
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"results root {str(root)!r} is not writable ({str(ancestor)!r} is read-only); "
-            "give another with --results or GRADALIGN_RESULTS"
-        )
-
-
-def _nearest_existing(path: Path) -> Path:
-    path = path.absolute()
-    while not path.exists():
-        path = path.parent
-    return path
 
 
 def _print_record(record: dict, store, loaded: bool) -> None:
@@ -242,8 +163,8 @@ def cmd_bench(args) -> int:
 
     threads_from_env()
     check_device(args.device)
-    root = _result_store(args.results).root
-    _check_results_root(root)
+    root = storage.result_store(args.results).root
+    storage.check_results_root(root)
     if args.name is None:
         store = BenchStore(root)
         for name, bench in BENCHMARKS.items():
@@ -253,7 +174,7 @@ def cmd_bench(args) -> int:
             print(f"{name:<16} not built  {item['ratio']} ({item['why']})")
         return 0
     if not args.quick:
-        _check_writable(root)
+        storage.check_results_writable(root)
     record = run_benchmark(args.name, args.device, quick=args.quick, root=root)
     bench = BENCHMARKS[args.name]
     print(f"{args.name} on {record['provenance']['hardware']} ({record['provenance']['wall_time_s']:.1f} s)")
@@ -271,7 +192,7 @@ def cmd_book(args) -> int:
     from gradalign.config import check_preset
 
     check_preset(args.preset, allow_auto=True)
-    _result_store(None)
+    storage.result_store(None)
     from gradalign.book import build_book
 
     result = build_book(args.preset, args.out, force=args.force)
@@ -286,9 +207,9 @@ def cmd_report(args) -> int:
     from gradalign.config import check_preset
 
     check_preset(args.preset, allow_auto=True)
-    _result_store(None)
+    storage.result_store(None)
     if args.out is not None:
-        _check_output_file(Path(args.out))
+        storage.check_output_file(args.out)
     from gradalign.report import report_markdown
 
     text = report_markdown(args.preset)
@@ -297,16 +218,6 @@ def cmd_report(args) -> int:
     else:
         print(text)
     return 0
-
-
-def _check_output_file(path: Path) -> None:
-    """An --out file must be writable: not empty, not a folder, its folder existing."""
-    if not str(path).strip():
-        raise ConfigError("--out is empty; give a file name")
-    if path.is_dir():
-        raise ConfigError(f"--out {str(path)!r} is a folder; give a file name")
-    if not path.absolute().parent.is_dir():
-        raise ConfigError(f"--out {str(path)!r}: its folder {str(path.absolute().parent)!r} does not exist")
 
 
 def cmd_data(args) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradalign.config import DATA_SPLITS
+from gradalign.sizes import DATA_SPLITS
 from gradalign.data.fashion_mnist import MalformedDataError, data_root, load_fashion_mnist
 from gradalign.errors import ConfigError, DataNotFoundError, GradalignError
 from gradalign.vision import import_torchvision

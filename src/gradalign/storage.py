@@ -1,0 +1,106 @@
+"""The storage checks of the command line, before any compute: where records and runs go, and that they can.
+
+`result_store` refuses an empty --results or GRADALIGN_RESULTS (it would mean the checkout's committed
+records); `check_results_root` a root that is a file; `prepare_storage` checks that the results root and the
+run cache take files and have room (one-line StorageError) and removes the temporary files that killed writes
+left there; `record_lock` serialises identical runs (the second waits, then loads the first one's record);
+`check_output_file` an --out that cannot be written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from gradalign.errors import ConfigError
+
+
+@contextlib.contextmanager
+def reported_already(path: Path):
+    """Within: no second RecordWarning about the record at `path` (reported once, before the lock)."""
+    import re
+    import warnings
+
+    from gradalign.results import RecordWarning
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", f"ignoring stored record {re.escape(str(path))}:", RecordWarning)
+        yield
+
+
+def result_store(given: str | None):
+    """The results store of --results, else $GRADALIGN_RESULTS, else the checkout's results/; an empty path
+    (`--results ""`, `GRADALIGN_RESULTS=`) is refused rather than read as "the checkout's committed records"."""
+    from gradalign.results import ResultStore
+
+    if given is not None and not given.strip():
+        raise ConfigError("--results is empty; give a folder, or leave it out for $GRADALIGN_RESULTS or ./results")
+    if given is None and "GRADALIGN_RESULTS" in os.environ and not os.environ["GRADALIGN_RESULTS"].strip():
+        raise ConfigError("GRADALIGN_RESULTS is set but empty; give it a folder, or unset it for ./results")
+    return ResultStore(given) if given else ResultStore()
+
+
+def run_cache_root() -> Path:
+    """The run cache root (ConfigError when GRADALIGN_CACHE is empty or names a file)."""
+    from gradalign.runcache import cache_root
+
+    return cache_root()
+
+
+def prepare_storage(results: Path, cache: Path) -> None:
+    """Before compute: both roots take files and have room (StorageError otherwise); the temporary files that
+    killed writes left in them are removed."""
+    from gradalign.atomic import check_writable, remove_stale_temporaries
+
+    check_writable(results, "results root")
+    check_writable(cache, "run cache (GRADALIGN_CACHE)")
+    for root in (results, cache):
+        remove_stale_temporaries(root)
+
+
+@contextlib.contextmanager
+def record_lock(cache: Path, element_id: str, preset: str, config_hash: str):
+    """One `gradalign run` per record key at a time: a second identical run waits here, then loads the first
+    one's record instead of computing it again."""
+    from gradalign.runcache import key_lock
+
+    with key_lock(cache / "locks" / f"{element_id}-{preset}-{config_hash}.lock", f"record {element_id} [{preset}]"):
+        yield
+
+
+def check_results_root(root: Path) -> None:
+    """The results root must be a folder, or a path whose nearest existing parent is a folder."""
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"results root {str(root)!r} is a file; give a folder (it is created if missing)")
+    ancestor = nearest_existing(root)
+    if not ancestor.is_dir():
+        raise ConfigError(f"results root {str(root)!r} cannot be created: {str(ancestor)!r} is a file, not a folder")
+
+
+def check_results_writable(root: Path) -> None:
+    """Before computing: the record's folder must be creatable and writable."""
+    ancestor = nearest_existing(root)
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"results root {str(root)!r} is not writable ({str(ancestor)!r} is read-only); "
+            "give another with --results or GRADALIGN_RESULTS"
+        )
+
+
+def nearest_existing(path: Path) -> Path:
+    path = path.absolute()
+    while not path.exists():
+        path = path.parent
+    return path
+
+
+def check_output_file(text: str) -> None:
+    """An --out file must be writable: not empty, not a folder, its folder existing."""
+    if not text.strip():
+        raise ConfigError("--out is empty; give a file name")
+    path = Path(text)
+    if path.is_dir():
+        raise ConfigError(f"--out {str(path)!r} is a folder; give a file name")
+    if not path.absolute().parent.is_dir():
+        raise ConfigError(f"--out {str(path)!r}: its folder {str(path.absolute().parent)!r} does not exist")
