@@ -54,15 +54,15 @@ MEASURE = """async () => {
   const left = box.left + parseFloat(style.paddingLeft), right = box.right - parseFloat(style.paddingRight);
   const column = right - left;
   // Can a reader see all of `rect` (the extent of an element's content)? Walk up to the article: a box that clips
-  // (overflow hidden) must hold it; the first box that scrolls makes it reachable if that box lies in the column;
-  // with neither, it must lie in the column. Returns '' or why not.
+  // (overflow hidden) must hold it; a box that scrolls makes it reachable, and then the scroll box itself must be
+  // reachable (so the walk goes on with the scroll box's extent); at the article, it must lie in the column.
+  // Returns '' or why not.
   const unreachable = (el, rect) => {
     for (let a = el.parentElement; a && a !== article; a = a.parentElement) {
       const r = a.getBoundingClientRect(), o = getComputedStyle(a).overflowX;
       if (o === 'auto' || o === 'scroll') {
-        if (r.left < left - 1 || r.right > right + 1)
-          return `its scroll box (${r.left.toFixed(0)}-${r.right.toFixed(0)} px) leaves the column`;
-        return '';
+        rect = {left: r.left, right: r.right, width: r.width};
+        continue;
       }
       if ((o === 'hidden' || o === 'clip') && (rect.left < r.left - 1 || rect.right > r.right + 1))
         return `cut off: ${rect.width.toFixed(0)} px shown in ${r.width.toFixed(0)} px with no scrolling`;

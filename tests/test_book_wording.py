@@ -21,7 +21,18 @@ PAGES = [f"{entry}.html" for entry in toc_files(project_root())]
 # in gradalign.experiments, generated pages in gradalign.pages): each case is an expected failure, strict, so the
 # test fails (XPASS) as soon as the text is fixed and the entry must go. Library text cannot change here without
 # changing every record's code fingerprint (see tests/test_citations.py).
-PENDING = {}
+CHECK_TEXT = "check texts of gradalign.experiments"
+PENDING = {
+    ("no_internal_wording", "book/how_to_run.html"): "gradalign.pages.how_to_run_markdown names nbval",
+    ("no_internal_wording", "notebooks/metagrad/02_algorithm2.html"): f"{CHECK_TEXT} (metagrad) cite PROTOCOLS.md",
+    ("no_internal_wording", "notebooks/metagrad/05_backbones.html"): "metagrad.tab2's note says 'nbval runs it'",
+    ("no_internal_wording", "book/report.html"): f"{CHECK_TEXT} (metagrad) cite PROTOCOLS.md",
+    ("no_raw_ascii_math_in_tables", "book/lga/intro.html"): "element titles of gradalign.elements (c_{k,i})",
+    ("no_raw_ascii_math_in_tables", "book/report.html"): f"element titles and {CHECK_TEXT}",
+    ("no_raw_ascii_math_in_tables", "notebooks/lga/01_linear_regression.html"): CHECK_TEXT,
+    ("no_raw_ascii_math_in_tables", "notebooks/metagrad/01_theory.html"): CHECK_TEXT,
+    ("no_raw_ascii_math_in_tables", "notebooks/sgr/01_theory.html"): CHECK_TEXT,
+}
 
 
 def pages(test: str) -> list:

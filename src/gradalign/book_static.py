@@ -95,13 +95,27 @@ article table code {
   white-space: normal;
   overflow-wrap: anywhere;
 }
-/* Inline code in prose wraps too (long repository names, paths). */
-article p code,
-article li code {
+/* Inline code wraps too (long module and repository names); Sphinx keeps it on one line (span.pre). */
+article code.literal,
+article code.literal span.pre {
+  white-space: normal;
   overflow-wrap: anywhere;
 }
 
+/* The header's "Get the code" button: its label beside the icon, the icon alone on a phone. */
+.btn-get-the-code-button .btn__text-container {
+  margin-left: 0.3em;
+  white-space: nowrap;
+}
+
 @media (max-width: 600px) {
+  .btn-get-the-code-button .btn__text-container {
+    display: none;
+  }
+  /* a heading's hover-only "#" link would stick out past a full last line */
+  article .headerlink {
+    display: none;
+  }
   article table td,
   article table th {
     max-width: 14em;
