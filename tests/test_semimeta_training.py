@@ -25,17 +25,39 @@ def _pinned(monkeypatch, tmp_path):
 def _spec(variant="meta_mixup", steps=4, **kw):
     protocol = SemiMetaProtocol(steps=steps, batch_labeled=16, batch_unlabeled=16, eval_every=2)
     base = dict(n_labeled=100, n_unlabeled=200, n_validation=100, n_test=100, width=0.0625, tsne_points=0)
-    return SemiMetaRunSpec(method=SemiMetaSettings(variant=variant), protocol=protocol, **{**base, **kw})
+    method = SemiMetaSettings(variant=variant, gamma=1.0)
+    return SemiMetaRunSpec(method=method, protocol=protocol.for_dataset("fashion_mnist"), **{**base, **kw})
 
 
 def test_schedule_is_the_codes():
-    p = SemiMetaProtocol()  # 400k steps: warm-up 4,000, x0.1 after 300k and after 350k
+    p = SemiMetaProtocol().for_dataset("cifar10")  # 400k steps: warm-up 4,000, x0.1 after 300k and after 350k
     assert (p.warmup_steps, p.lr_at(0), p.lr_at(2000), p.lr_at(4000)) == (4000, 0.0, 0.05, 0.1)
     assert (
         p.lr_at(300_000) == 0.1 and p.lr_at(300_001) == pytest.approx(0.01) and p.lr_at(399_999) == pytest.approx(1e-3)
     )
     assert (p.ramp(0), p.ramp(2000), p.ramp(10_000)) == (0.0, 0.5, 1.0)
     assert (p.batch_labeled, p.batch_unlabeled, p.momentum, p.weight_decay, p.eval_every) == (128, 128, 0.9, 1e-4, 400)
+
+
+def test_the_data_sets_defaults_come_before_the_users_settings():
+    """App. C's per-data-set weight decay, flips and γ fill only what the user left unset (issue 26)."""
+    from gradalign.experiments import get
+
+    assert (SemiMetaProtocol().for_dataset("svhn").weight_decay, SemiMetaProtocol().for_dataset("svhn").flip) == (
+        5e-5,
+        False,
+    )
+    assert SemiMetaProtocol(flip=True, weight_decay=1e-3).for_dataset("svhn") == SemiMetaProtocol(
+        flip=True, weight_decay=1e-3
+    )
+    exp = get("metagrad.tab4")
+    default = exp.resolve("smoke", {"columns": [["svhn", 100]]}).spec("meta_mixup", "svhn", 100, 0)
+    assert (default.method.gamma, default.protocol.flip, default.protocol.weight_decay) == (0.1, False, 5e-5)
+    sets = {"columns": [["svhn", 100]], "method.gamma": 0.5, "protocol.flip": True, "protocol.weight_decay": 1e-4}
+    chosen = exp.resolve("smoke", sets).spec("meta_mixup", "svhn", 100, 0)
+    assert (chosen.method.gamma, chosen.protocol.flip, chosen.protocol.weight_decay) == (0.5, True, 1e-4)
+    with pytest.raises(ConfigError, match="not used by this experiment"):
+        exp.resolve("smoke", {"method.variant": "meta"})
 
 
 def test_split_is_disjoint_and_class_balanced():
@@ -53,7 +75,7 @@ def test_each_rows_step_lowers_its_loss_on_a_fixed_batch(variant):
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     x_l, y_l, x_u = torch.randn(16, 1, 28, 28), torch.arange(16) % 10, torch.randn(16, 1, 28, 28)
-    s = SemiMetaSettings(variant=variant)
+    s = SemiMetaSettings(variant=variant, gamma=1.0)
     losses = []
     for _ in range(15):
         torch.manual_seed(1)  # the same dropout masks and mixup draws each time
@@ -85,7 +107,9 @@ def test_resume_is_bitwise(tmp_path):
 
 def test_bad_specs_are_refused():
     with pytest.raises(ConfigError, match="batch_unlabeled"):
-        SemiMetaRunSpec(protocol=SemiMetaProtocol(batch_unlabeled=64)).validate()  # mixup pairs need B_l = B_u
+        SemiMetaRunSpec(protocol=SemiMetaProtocol(batch_unlabeled=64).for_dataset("svhn"))  # mixup pairs: B_l = B_u
+    with pytest.raises(ConfigError, match="protocol.flip must be set"):
+        SemiMetaRunSpec(protocol=SemiMetaProtocol(weight_decay=1e-4))
     with pytest.raises(ConfigError, match="variant"):
         SemiMetaSettings(variant="vat").validate()
     with pytest.raises(ConfigError, match="columns"):

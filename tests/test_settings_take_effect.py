@@ -42,7 +42,15 @@ def _candidates(exp, cfg, dotted: str) -> list:
     """Other values to try for `dotted`: a small step from the current one, then the other presets' values."""
     value, hint = _value(cfg, dotted), _hint(cfg, dotted)
     out: list = []
-    if isinstance(value, bool):
+    if value is None:  # an optional setting left to its default (e.g. the data set's): try a value of its type
+        kinds = typing.get_args(hint)
+        out += [
+            v
+            for kind, values in ((bool, [True, False]), (float, [0.1, 0.5]), (int, [1, 2]))
+            if kind in kinds
+            for v in values
+        ]
+    elif isinstance(value, bool):
         out.append(not value)
     elif isinstance(value, int):
         out += [value + 1, value - 1, value * 2, 1]
@@ -73,24 +81,29 @@ def run_keys(exp, cfg) -> set:
 
 
 def silently_ignored(exp) -> tuple[list[str], int]:
-    """The dotted fields of `exp` whose change keeps its run keys and is not refused; and how many were tried."""
+    """The dotted fields of `exp` that no valid other value changes the run keys of, and that are not refused;
+    and how many fields were tried (changed to some valid value, or refused)."""
     preset = _preset(exp)
     base = exp.resolve(preset)
     keys = run_keys(exp, base)
     ignored, tried = [], 0
     for dotted in settings_fields(exp.config):
+        valid = []
         for candidate in _candidates(exp, base, dotted):
             try:
                 changed = exp.resolve(preset, {dotted: candidate})
             except ConfigError as err:
                 if NOT_USED in str(err):
-                    tried += 1
+                    valid = None
                     break
                 continue  # not a valid value here: try the next
-            tried += 1
-            if run_keys(exp, changed) == keys:
-                ignored.append(f"{dotted}={candidate!r}")
-            break
+            valid.append(candidate)
+            if run_keys(exp, changed) != keys:
+                break
+        else:
+            if valid:
+                ignored.append(f"{dotted} (tried {', '.join(map(repr, valid))})")
+        tried += valid is None or bool(valid)
     return ignored, tried
 
 

@@ -41,6 +41,15 @@ def _table_runs(cfg: Config) -> list[Unit]:
     return [unit for _, sub in column_configs(cfg) for unit in benchmark_units(sub)]
 
 
+def _semimeta_runs(element_id: str) -> Callable[[Config], list[Unit]]:
+    def units(cfg: Config) -> list[Unit]:
+        from gradalign.experiments.metagrad.ssl_runs import BASELINE_AND_METHOD, ROWS, units
+
+        return units(cfg, ROWS.get(element_id, BASELINE_AND_METHOD))
+
+    return units
+
+
 UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "lga.fig3": _shells_trials,
     "lga.fig4": _shells_trials,
@@ -48,6 +57,10 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "lga.fig6": _benchmark_runs,
     "lga.fig7": _benchmark_runs,
     "lga.tab1": _table_runs,
+    **{
+        element_id: _semimeta_runs(element_id)
+        for element_id in ("metagrad.tab4", "metagrad.tab1", "metagrad.fig2", "metagrad.fig3", "metagrad.tab2")
+    },
 }
 """Element id -> its units at a resolved config, for the experiments that have independent units."""
 

@@ -41,14 +41,14 @@ VARIANTS = {  # name: (title, meta step, mixup), in Table 4's order
 @dataclass(frozen=True)
 class SemiMetaSettings(Settings):
     variant: str = "meta_mixup"
-    gamma: float = 1.0  # Beta(γ, γ) of mixup (App. C: 1.0 on CIFAR, 0.1 on SVHN)
+    gamma: float | None = None  # Beta(γ, γ) of mixup; None: the data set's (App. C: 0.1 on SVHN, 1.0 elsewhere)
     weight: float = 1.0  # consistency weight, ramped up linearly over the warm-up (the code's compute_weight)
     c: float = SEMIMETA_C  # ε = c / ‖g‖
     form: str = "fd"  # the code's finite difference, or "jvp" (its exact limit)
 
     def validate(self) -> None:
         require(self, "variant", self.variant in VARIANTS, f"must be one of {', '.join(VARIANTS)}")
-        require(self, "gamma", self.gamma > 0, "must be > 0")
+        require(self, "gamma", self.gamma is None or self.gamma > 0, "must be > 0 (or null: the data set's)")
         require(self, "weight", self.weight >= 0, "must be >= 0")
         require(self, "c", self.c > 0, "must be > 0")
         require(self, "form", self.form in ("fd", "jvp"), "must be 'fd' or 'jvp'")
@@ -107,6 +107,8 @@ def semimeta_step(model, optimizer, x_l, y_l, x_u, lr: float, ramp: float, s: Se
     else:
         y_hat = pseudo_labels(model, x_l, y_l, onehot, x_u, lr, s)
         if s.mixup:
+            if s.gamma is None:
+                raise ValueError("SemiMetaSettings.gamma is None: a run's settings give γ (the data set's, App. C)")
             beta = torch.distributions.Beta(torch.tensor(s.gamma), torch.tensor(s.gamma))
             lam = beta.sample((len(x_l),)).to(x_l)
             if s.meta:

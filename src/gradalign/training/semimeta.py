@@ -19,7 +19,8 @@ a sample of labeled, unlabeled and test images are embedded in 2-D by t-SNE (sci
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ from gradalign.data.augment import normalise
 from gradalign.data.crop_flip import crop_flip
 from gradalign.divergence import error_chance
 from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings, semimeta_step
+from gradalign.run_unit import Unit
 from gradalign.training import loop
 from gradalign.training.checkpoint import data_digest, fingerprint
 from gradalign.training.evaluate import classification_metrics
@@ -45,13 +47,13 @@ class SemiMetaProtocol(Settings):
     batch_unlabeled: int = 128
     lr: float = 0.1
     momentum: float = 0.9
-    weight_decay: float = 1e-4  # CIFAR (SVHN: 5e-5)
+    weight_decay: float | None = None  # None: the data set's (App. C: 5e-5 on SVHN, 1e-4 elsewhere)
     warmup_fraction: float = 0.01  # 4,000 of 400,000 steps
     decay_at: tuple[float, ...] = (0.75, 0.875)  # 300k, 350k of 400k
     decay: float = 0.1
     eval_every: int = 400
     crop_padding: int = 4
-    flip: bool = True  # False for SVHN
+    flip: bool | None = None  # None: the data set's (App. C: no flips on SVHN; flips elsewhere)
 
     def validate(self) -> None:
         for name in ("steps", "eval_every"):
@@ -60,11 +62,21 @@ class SemiMetaProtocol(Settings):
             require(self, name, getattr(self, name) >= 2, "must be >= 2 (BatchNorm in training mode)")
         require(self, "lr", self.lr > 0, "must be > 0")
         require(self, "momentum", 0 <= self.momentum < 1, "must be in [0, 1)")
-        require(self, "weight_decay", self.weight_decay >= 0, "must be >= 0")
+        ok = self.weight_decay is None or self.weight_decay >= 0
+        require(self, "weight_decay", ok, "must be >= 0 (or null: the data set's)")
         require(self, "warmup_fraction", 0 <= self.warmup_fraction < 1, "must be in [0, 1)")
         require(self, "decay_at", all(0 < d <= 1 for d in self.decay_at), "must be fractions in (0, 1]")
         require(self, "decay", 0 < self.decay <= 1, "must be in (0, 1]")
         require(self, "crop_padding", self.crop_padding >= 0, "must be >= 0")
+
+    def for_dataset(self, dataset: str) -> SemiMetaProtocol:
+        """The protocol with the data set's defaults (App. C) where a field is None; a value set by hand stays."""
+        svhn = dataset == "svhn"
+        return replace(
+            self,
+            weight_decay=(5e-5 if svhn else 1e-4) if self.weight_decay is None else self.weight_decay,
+            flip=(not svhn) if self.flip is None else self.flip,
+        )
 
     @property
     def warmup_steps(self) -> int:
@@ -85,8 +97,8 @@ class SemiMetaProtocol(Settings):
 class SemiMetaRunSpec(Settings):
     """Everything one training run depends on (its run-cache key)."""
 
-    method: SemiMetaSettings = SemiMetaSettings()
-    protocol: SemiMetaProtocol = SemiMetaProtocol()
+    method: SemiMetaSettings = SemiMetaSettings(gamma=1.0)
+    protocol: SemiMetaProtocol = SemiMetaProtocol(weight_decay=1e-4, flip=True)
     dataset: str = "fashion_mnist"
     n_labeled: int = 1000
     n_unlabeled: int = 0  # 0: every training image not labeled and not in the validation split
@@ -103,6 +115,9 @@ class SemiMetaRunSpec(Settings):
 
         require(self, "dataset", self.dataset in IMAGE_SETS, f"must be one of {tuple(IMAGE_SETS)}")
         require(self, "model", self.model in MODELS, f"must be one of {tuple(MODELS)}")
+        require(self, "method.gamma", self.method.gamma is not None, "must be set (a config resolves it per data set)")
+        for name in ("weight_decay", "flip"):
+            require(self, f"protocol.{name}", getattr(self.protocol, name) is not None, "must be set (see for_dataset)")
         require(self, "width", self.model != "resnet18" or self.width == 1, "must be 1 for resnet18 (torchvision's)")
         require(self, "n_labeled", self.n_labeled >= self.protocol.batch_labeled, "must be >= protocol.batch_labeled")
         ok = self.n_unlabeled == 0 or self.n_unlabeled >= self.protocol.batch_unlabeled
@@ -347,10 +362,18 @@ def train_semimeta(spec: SemiMetaRunSpec, device="cpu", checkpoint: Path | str |
     }
 
 
-def semimeta_run(spec: SemiMetaRunSpec, device="cpu") -> dict:
-    """One run, from the run cache when it is there (kind `metagrad.ssl`, keyed by the spec alone)."""
-    from gradalign.runcache import cached_run
+def semimeta_unit(spec: SemiMetaRunSpec, device=None) -> Unit:
+    """One run as a run-cache unit (kind `metagrad.ssl`, keyed by the spec alone). `device`: where it trains;
+    None: chosen where it runs (CUDA when the job sees a GPU)."""
+    return Unit(spec.title, RUN_KIND, spec.to_dict(), RUN_VERSION, functools.partial(_train_unit, spec, device))
 
-    return cached_run(
-        RUN_KIND, spec.to_dict(), RUN_VERSION, lambda checkpoint: train_semimeta(spec, device, checkpoint)
-    )
+
+def _train_unit(spec: SemiMetaRunSpec, device, checkpoint: Path) -> dict:
+    from gradalign.runtime import select_device
+
+    return train_semimeta(spec, select_device() if device is None else device, checkpoint)
+
+
+def semimeta_run(spec: SemiMetaRunSpec, device="cpu") -> dict:
+    """One run, from the run cache when it is there."""
+    return semimeta_unit(spec, device).run()

@@ -22,7 +22,7 @@ from gradalign.experiments.base import Experiment
 from gradalign.experiments.metagrad.benchmark import CHOICES, against_labeled_only
 from gradalign.experiments.metagrad.imagenet_runs import train_table3
 from gradalign.experiments.metagrad.benchmark import table1_checks  # noqa: F401 (Table 2 checks Table 1's claim)
-from gradalign.experiments.metagrad.ssl_runs import CPU, GPU, SMOKE, SemiMetaConfig, ssl_scale
+from gradalign.experiments.metagrad.ssl_runs import CPU, GPU, SMOKE, SemiMetaConfig, ssl_scale, unused_settings
 from gradalign.methods.semimeta import VARIANTS
 from gradalign.training.semimeta import MODELS, SemiMetaRunSpec
 
@@ -129,6 +129,7 @@ EXPERIMENTS = [
         },
         scale=ssl_scale,
         shares="metagrad.ssl runs (kind shared with Tables 1 and 4; the model is in the key)",
+        unused=unused_settings,
     ),
     Experiment(
         "metagrad.tab3",

@@ -30,6 +30,7 @@ from gradalign.experiments.metagrad.ssl_runs import (
     ssl_scale,
     still_improving,
     summary,
+    unused_settings,
     variant_title,
 )
 from gradalign.experiments.rules import all_of, compare
@@ -218,6 +219,7 @@ EXPERIMENTS = [
         choices=CHOICES,
         scale=ssl_scale,
         shares="metagrad.ssl runs (rows 1 and 4 are Table 1's and Figure 3's)",
+        unused=unused_settings,
     ),
     Experiment(
         "metagrad.tab1",
@@ -230,6 +232,7 @@ EXPERIMENTS = [
         choices=CHOICES,
         scale=ssl_scale,
         shares="metagrad.ssl runs (Table 4's rows 1 and 4)",
+        unused=unused_settings,
     ),
     Experiment(
         "metagrad.fig2",
@@ -246,6 +249,7 @@ EXPERIMENTS = [
         },
         scale=ssl_scale,
         shares="metagrad.ssl runs (1,000 labels: Table 4's rows 1 and 4)",
+        unused=unused_settings,
     ),
     Experiment(
         "metagrad.fig3",
@@ -263,5 +267,6 @@ EXPERIMENTS = [
         },
         scale=ssl_scale,
         shares="metagrad.ssl runs (Table 4's rows 1 and 4)",
+        unused=unused_settings,
     ),
 ]

@@ -40,8 +40,8 @@ class SemiMetaConfig(Config):
     n_validation: int = 5000
     n_test: int = 0
     seeds: int = 3  # runs seed, seed + 1, ... (the split is drawn once, with `seed`)
-    protocol: SemiMetaProtocol = SemiMetaProtocol()
-    form: str = "fd"  # the meta step: the code's finite difference, or its exact JVP limit
+    protocol: SemiMetaProtocol = SemiMetaProtocol()  # weight decay and flips: None = the data set's (App. C)
+    method: SemiMetaSettings = SemiMetaSettings()  # γ (None: the data set's), weight, c, form; rows set the variant
     tsne_points: int = 300
 
     def validate(self) -> None:
@@ -52,17 +52,16 @@ class SemiMetaConfig(Config):
         require(self, "columns", ok, f"must be (data set, labels) pairs, data sets among {tuple(IMAGE_SETS)}")
         require(self, "width", self.width > 0, "must be > 0")
         require(self, "seeds", self.seeds >= 1, "must be >= 1")
-        require(self, "form", self.form in ("fd", "jvp"), "must be 'fd' or 'jvp'")
         require(self, "tsne_points", self.tsne_points >= 10, "must be >= 10 (Figure 3 embeds the runs these share)")
         for dataset, labels in self.columns:
             self.spec("meta_mixup", dataset, labels, self.seed).validate()
 
     def spec(self, variant: str, dataset: str, labels: int, seed: int) -> SemiMetaRunSpec:
-        svhn = dataset == "svhn"
-        protocol = replace(self.protocol, weight_decay=5e-5 if svhn else self.protocol.weight_decay, flip=not svhn)
+        """One run's spec: the data set's defaults (App. C) first, then every setting the user gave."""
+        gamma = (0.1 if dataset == "svhn" else 1.0) if self.method.gamma is None else self.method.gamma
         return SemiMetaRunSpec(
-            method=SemiMetaSettings(variant=variant, gamma=0.1 if svhn else 1.0, form=self.form),
-            protocol=protocol,
+            method=replace(self.method, variant=variant, gamma=gamma),
+            protocol=self.protocol.for_dataset(dataset),
             dataset=dataset,
             n_labeled=labels,
             n_unlabeled=self.n_unlabeled,
@@ -102,15 +101,36 @@ SMOKE = {
 }
 
 
+def unused_settings(cfg: SemiMetaConfig) -> dict[str, str]:
+    """Fields these experiments do not read (`Experiment.unused`): each row of a table sets its own variant."""
+    return {"method.variant": "each row of the table or figure runs its own variant"}
+
+
+ROWS = {"metagrad.tab4": tuple(VARIANTS)}  # the variants each experiment runs (others: the two of Table 1)
+BASELINE_AND_METHOD = ("labeled_only", "meta_mixup")
+
+
+def jobs_of(cfg: SemiMetaConfig, variants) -> list[tuple[str, str, int]]:
+    return [(v, d, n) for d, n in cfg.columns for v in variants]
+
+
+def units(cfg: SemiMetaConfig, variants=BASELINE_AND_METHOD, device=None) -> list:
+    """The runs of `variants` in every column, over the seeds, as run-cache units (`gradalign sweep`)."""
+    from gradalign.training.semimeta import semimeta_unit
+
+    seeds = range(cfg.seed, cfg.seed + cfg.seeds)
+    return [semimeta_unit(cfg.spec(*job, seed), device) for job in jobs_of(cfg, variants) for seed in seeds]
+
+
 def run_group(cfg: SemiMetaConfig, jobs: list[tuple[str, str, int]], device) -> dict[tuple, list[dict]]:
     """{(variant, data set, labels): [one run per seed]}, each from the run cache when stored."""
     from gradalign.progress import progress
-    from gradalign.training.semimeta import semimeta_run
+    from gradalign.training.semimeta import semimeta_unit
 
     todo = [(job, seed) for job in jobs for seed in range(cfg.seed, cfg.seed + cfg.seeds)]
     runs: dict[tuple, list[dict]] = {}
     for job, seed in progress(todo, desc="meta-gradient runs"):
-        runs.setdefault(job, []).append(semimeta_run(cfg.spec(*job, seed), device))
+        runs.setdefault(job, []).append(semimeta_unit(cfg.spec(*job, seed), device).run())
     return runs
 
 
