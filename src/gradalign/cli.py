@@ -99,10 +99,13 @@ def _preset_to_run(exp, args, overrides: dict, store) -> str:
 def _print_record(record: dict, store, loaded: bool) -> None:
     from gradalign.report import compute_time, format_value, scale_of
     from gradalign.runner import stale_files
+    from gradalign.verdict import reason
 
     prov = record["provenance"]
     scale = scale_of(record)
-    print(f"{record['id']} [{record['preset']}] {record['verdict']['status']}" + (f": {scale}" if scale else ""))
+    why = reason(record["verdict"], record.get("preconditions"))
+    status = record["verdict"]["status"] + (f" ({why})" if why else "")
+    print(f"{record['id']} [{record['preset']}] {status}" + (f": {scale}" if scale else ""))
     if loaded:
         print(
             f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {compute_time(record)} "
@@ -113,10 +116,12 @@ def _print_record(record: dict, store, loaded: bool) -> None:
             print(f"  stale: {len(changed)} library file(s) it ran changed since ({', '.join(changed[:3])}, …)")
     else:
         print(f"  computed now in {compute_time(record)} on {prov['hardware']}")
-    for key, title in (("checks", ""), ("targets", "target (not in the verdict) ")):
+    sections = (("preconditions", "precondition "), ("checks", ""), ("targets", "target (not in the verdict) "))
+    for key, title in sections:
         for name, check in record.get(key, {}).items():
-            value = format_value(check["value"])
-            print(f"  {'ok ' if check['passed'] else 'FAIL'} {title}{name}: {check['rule']} (measured {value})")
+            value = format_value(check["value"]).replace("\u200b", "")  # the page's break hints
+            mark = "ok  " if check["passed"] else ("≈   " if check.get("within_noise") else "FAIL")
+            print(f"  {mark} {title}{name}: {check['rule']} (measured {value})")
     print(f"record: {store.path(record['id'], record['preset'], record['config_hash'])}")
 
 
