@@ -8,6 +8,7 @@ of one over picklable values.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,3 +34,11 @@ class Unit:
     def run(self, root: Path | None = None) -> Any:
         """Its stored value, else computed and stored: `cached_run` with this unit's arguments."""
         return cached_run(self.kind, self.spec, self.version, self.compute, root)
+
+
+def without_defaults(settings, values: dict, names: tuple[str, ...]) -> dict:
+    """`values` (`settings.to_dict()`) without the fields `names` where they hold their defaults: fields added
+    after runs or records were stored under keys that lack them, which keep those keys that way (a value other
+    than the default is in the key, so it still changes the run)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(settings)}
+    return {k: v for k, v in values.items() if not (k in names and getattr(settings, k) == defaults[k])}

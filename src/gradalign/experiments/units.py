@@ -50,6 +50,23 @@ def _semimeta_runs(element_id: str) -> Callable[[Config], list[Unit]]:
     return units
 
 
+def _local_runs(jobs_of: str) -> Callable[[Config], list[Unit]]:
+    def units(cfg: Config) -> list[Unit]:
+        from gradalign.experiments.sgr import bp_free, local_bp
+        from gradalign.experiments.sgr.local_runs import group_units
+
+        module = local_bp if hasattr(local_bp, jobs_of) else bp_free
+        return group_units(cfg, getattr(module, jobs_of)(cfg))
+
+    return units
+
+
+def _table4_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.sgr.bp_free import table4_units
+
+    return table4_units(cfg)
+
+
 UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "lga.fig3": _shells_trials,
     "lga.fig4": _shells_trials,
@@ -61,6 +78,11 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
         element_id: _semimeta_runs(element_id)
         for element_id in ("metagrad.tab4", "metagrad.tab1", "metagrad.fig2", "metagrad.fig3", "metagrad.tab2")
     },
+    "sgr.tab3": _local_runs("table3_jobs"),
+    "sgr.tab6": _local_runs("table6_jobs"),
+    "sgr.tab7": _local_runs("table7_jobs"),
+    "sgr.tab4": _table4_runs,
+    **{element_id: _local_runs("figure_jobs") for element_id in ("sgr.fig2", "sgr.fig3", "sgr.fig4")},
 }
 """Element id -> its units at a resolved config, for the experiments that have independent units."""
 

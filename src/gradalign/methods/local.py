@@ -44,7 +44,7 @@ from torch.nn import functional as F
 
 from gradalign.config import Settings, require
 from gradalign.methods.infopro import RESNET32_WEIGHTS, infopro_weights
-from gradalign.methods.sgr import REDUCTIONS, module_step, reconciliation_loss
+from gradalign.methods.sgr import REDUCTIONS, SGR_LAMBDA, module_step, reconciliation_loss
 
 METHOD_HEADS = {
     "global_bp": None,  # no local heads: the network's own classifier only
@@ -67,7 +67,7 @@ class LocalSettings(Settings):
     method: str = "sgr"
     modules: int = 16  # K; global BP is one module
     head: str | None = None
-    lam: float = 1.0  # λ of Eq. 5 (App. E: 1 on CIFAR, with Algorithm 1's mean reduction)
+    lam: float = SGR_LAMBDA  # λ of Eq. 5
     reduction: str = "mean"  # Algorithm 1's nn.MSELoss(); "sum": summed over features (λ shrinks by 1/D)
     infopro_weights: tuple[float, ...] | None = None  # (rec_first, ce_first, rec_last, ce_last); None: InfoPro's
 

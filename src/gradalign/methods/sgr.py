@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 
 REDUCTIONS = ("mean", "sum")
+SGR_LAMBDA = 1.0  # λ of Eq. 5 (App. E: 1 on CIFAR, with Algorithm 1's mean reduction); every config's default
 TINY = 1e-12  # our choice: guards the division for a gradient that is exactly zero (Algorithm 1 has none)
 
 

@@ -10,11 +10,13 @@ runs used 0.01). The feedback matrices are drawn from the run's seed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 
 from gradalign.config import Settings, require
+from gradalign.run_unit import Unit, without_defaults
 from gradalign.training.local import LocalRun, SGRProtocol, local_data, train_local
 
 RUN_KIND = "sgr.bpfree"
@@ -35,6 +37,7 @@ class BPFreeRunSpec(Settings):
     n_train: int = 0
     n_test: int = 0
     seed: int = 0
+    data_seed: int = 0  # the train/test subsets (training.local.local_data)
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -50,6 +53,10 @@ class BPFreeRunSpec(Settings):
     @property
     def title(self) -> str:
         return f"{BASELINE_TITLES[self.method]} mlp{self.depth} seed {self.seed}"
+
+    def to_dict(self) -> dict:
+        """The run-cache key's fields; `data_seed` only when not 0 (runs stored before it keep their keys)."""
+        return without_defaults(self, super().to_dict(), ("data_seed",))
 
 
 class BPFreeRun(LocalRun):
@@ -82,12 +89,20 @@ class BPFreeRun(LocalRun):
         return self.step_fn(self.model, self.feedback, self.optimizer, x, y)
 
 
+def bp_free_unit(spec: BPFreeRunSpec, device=None) -> Unit:
+    """One baseline run as a run-cache unit (kind `sgr.bpfree`, keyed by the spec alone). `device`: where it
+    trains; None: chosen where it runs."""
+    return Unit(spec.title, RUN_KIND, spec.to_dict(), RUN_VERSION, functools.partial(_train_unit, spec, device))
+
+
+def _train_unit(spec: BPFreeRunSpec, device, checkpoint) -> dict:
+    from gradalign.runtime import select_device
+
+    device = select_device() if device is None else device
+    data = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed)
+    return train_local(spec, device, checkpoint, data=data, make_run=BPFreeRun, version=RUN_VERSION)
+
+
 def bp_free_run(spec: BPFreeRunSpec, device="cpu") -> dict:
-    """One baseline run, from the run cache when it is there (kind `sgr.bpfree`, keyed by the spec alone)."""
-    from gradalign.runcache import cached_run
-
-    def compute(checkpoint):
-        data = local_data(spec.dataset, spec.n_train, spec.n_test, device)
-        return train_local(spec, device, checkpoint, data=data, make_run=BPFreeRun, version=RUN_VERSION)
-
-    return cached_run(RUN_KIND, spec.to_dict(), RUN_VERSION, compute)
+    """One baseline run, from the run cache when it is there."""
+    return bp_free_unit(spec, device).run()

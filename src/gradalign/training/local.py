@@ -10,8 +10,8 @@ Fashion-MNIST (the cpu/gpu substitute for CIFAR) keeps the flip (our choice: its
 which a mirror image does not change) and crops 28 px from the 36 px zero-padded image. The data set
 lives on the device as uint8; every step draws its batch from a per-epoch random order (the last
 partial batch dropped, our choice) and augments it there, from one seeded generator. A train subset,
-where given, is drawn once with seed 0 (the same images for every method and seed: our choice, so
-that methods are compared on the same data and seeds vary only the initialisation, order and
+where given, is drawn once with the spec's `data_seed` (default 0: the same images for every method and seed: our
+choice, so that methods are compared on the same data and seeds vary only the initialisation, order and
 augmentation).
 
 After every epoch: test accuracy and loss of the network's own classifier (the last module's head:
@@ -32,6 +32,7 @@ epoch where the box would overrun and raises `TimeBoxSpent` (`training.loop`).
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -48,13 +49,13 @@ from gradalign.errors import DivergenceError
 from gradalign.runtime import flushed_denormals
 from gradalign.analysis.input_effect import input_effect, module_inputs
 from gradalign.methods.local import LOCAL_METHODS, TITLES, LocalSettings
+from gradalign.run_unit import Unit, without_defaults
 from gradalign.training import loop
 from gradalign.training.checkpoint import data_digest, fingerprint
 from gradalign.training.evaluate import classification_metrics
 
 RUN_KIND = "sgr.local"
 RUN_VERSION = 1
-DATA_SEED = 0  # the train/test subsets: the same images for every method and seed (our choice)
 RESNETS = {"resnet32": False, "plainnet32": True}  # name: plain (no identity connections)
 
 
@@ -132,6 +133,7 @@ class LocalRunSpec(Settings):
     n_train: int = 0  # train subset (0: the whole training split)
     n_test: int = 0  # test subset (0: the whole test split)
     seed: int = 0  # initialisation, batch order and augmentation
+    data_seed: int = 0  # the train/test subsets: the same images for every method and seed (our choice)
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -149,6 +151,11 @@ class LocalRunSpec(Settings):
     @property
     def title(self) -> str:
         return f"{TITLES[self.method.method]} K={self.method.modules} {self.network} seed {self.seed}"
+
+    def to_dict(self) -> dict:
+        """The run-cache key's fields; `data_seed` only when it is not 0, so that runs stored before the field
+        existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("data_seed",))
 
 
 # --- the network, its modules and heads --------------------------------------------------------------------
@@ -204,24 +211,25 @@ class LocalData:
         return data_digest(self.images, self.labels, self.test_x, self.test_y)
 
 
-_DATA_CACHE: dict = {}
+def local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int = 0) -> LocalData:
+    """The (subset of the) data set on `device`, test images normalised with the recorded channel statistics;
+    the subsets drawn with `data_seed` (train) and `data_seed + 1` (test)."""
+    from gradalign.training.data_cache import cached_data
+
+    key = (RUN_KIND, dataset, n_train, n_test, data_seed, str(device))
+    return cached_data(key, lambda: _local_data(dataset, n_train, n_test, device, data_seed))
 
 
-def local_data(dataset: str, n_train: int, n_test: int, device) -> LocalData:
-    """The (subset of the) data set on `device`, test images normalised with the recorded channel statistics."""
+def _local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int) -> LocalData:
     from gradalign.data.image_sets import image_set_info, load_image_set, random_subset
 
-    key = (dataset, n_train, n_test, str(device))
-    if key not in _DATA_CACHE:
-        _DATA_CACHE.clear()
-        info = image_set_info(dataset)
-        images, labels = random_subset(*load_image_set(dataset, "train"), n_train, DATA_SEED)
-        test_images, test_labels = random_subset(*load_image_set(dataset, "test"), n_test, DATA_SEED + 1)
-        test_x = normalise(test_images.float() / 255, info.mean, info.std)
-        _DATA_CACHE[key] = LocalData(
-            images.to(device), labels.to(device), test_x.to(device), test_labels.to(device), info.mean, info.std
-        )
-    return _DATA_CACHE[key]
+    info = image_set_info(dataset)
+    images, labels = random_subset(*load_image_set(dataset, "train"), n_train, data_seed)
+    test_images, test_labels = random_subset(*load_image_set(dataset, "test"), n_test, data_seed + 1)
+    test_x = normalise(test_images.float() / 255, info.mean, info.std)
+    return LocalData(
+        images.to(device), labels.to(device), test_x.to(device), test_labels.to(device), info.mean, info.std
+    )
 
 
 # --- the run -----------------------------------------------------------------------------------------------
@@ -358,7 +366,7 @@ def train_local(
     from gradalign.data.image_sets import image_set_info
 
     device = torch.device(device)
-    data = data if data is not None else local_data(spec.dataset, spec.n_train, spec.n_test, device)
+    data = data if data is not None else local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed)
     run = make_run(spec, data, device)
     classes = image_set_info(spec.dataset).num_classes
     failure = None
@@ -397,8 +405,18 @@ def train_local(
     }
 
 
-def local_run(spec: LocalRunSpec, device="cpu") -> dict:
-    """One run, from the run cache when it is there (kind `sgr.local`, keyed by the spec alone)."""
-    from gradalign.runcache import cached_run
+def local_unit(spec: LocalRunSpec, device=None) -> Unit:
+    """One run as a run-cache unit (kind `sgr.local`, keyed by the spec alone). `device`: where it trains; None:
+    chosen where it runs (CUDA when the job sees a GPU)."""
+    return Unit(spec.title, RUN_KIND, spec.to_dict(), RUN_VERSION, functools.partial(_train_unit, spec, device))
 
-    return cached_run(RUN_KIND, spec.to_dict(), RUN_VERSION, lambda checkpoint: train_local(spec, device, checkpoint))
+
+def _train_unit(spec: LocalRunSpec, device, checkpoint: Path) -> dict:
+    from gradalign.runtime import select_device
+
+    return train_local(spec, select_device() if device is None else device, checkpoint)
+
+
+def local_run(spec: LocalRunSpec, device="cpu") -> dict:
+    """One run, from the run cache when it is there."""
+    return local_unit(spec, device).run()

@@ -186,17 +186,13 @@ class SemiMetaData:
         return data_digest(self.x_labeled, self.y_labeled, self.x_unlabeled, self.x_val, self.x_test)
 
 
-_DATA_CACHE: dict = {}
-
-
 def semimeta_data(spec: SemiMetaRunSpec, device) -> SemiMetaData:
     """The split of Zhang et al.: labeled (class-balanced) and unlabeled disjoint, plus our validation split.
     The last split made is kept in memory: an experiment's runs share it across seeds and variants."""
+    from gradalign.training.data_cache import cached_data
+
     key = (spec.dataset, spec.n_labeled, spec.n_unlabeled, spec.n_validation, spec.n_test, spec.data_seed, str(device))
-    if key not in _DATA_CACHE:
-        _DATA_CACHE.clear()
-        _DATA_CACHE[key] = _split_data(spec, device)
-    return _DATA_CACHE[key]
+    return cached_data((RUN_KIND, *key), lambda: _split_data(spec, device))
 
 
 def _split_data(spec: SemiMetaRunSpec, device) -> SemiMetaData:

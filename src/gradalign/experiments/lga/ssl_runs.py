@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from gradalign.config import Config, require
-from gradalign.run_unit import Unit
+from gradalign.run_unit import Unit, without_defaults
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
 from gradalign.runtime import select_device
 from gradalign.training.fast import FastPath
@@ -41,6 +41,10 @@ class SSLBenchConfig(Config):
     protocol: OliverProtocol = OliverProtocol(steps=1000, eval_every=200)  # cpu: 1,000 steps (Oliver: 500k)
     lga: LGABenchmarkSettings = LGABenchmarkSettings(alpha_w=1e-2)  # alpha_w: our choice for short runs
     fast: FastPath = FastPath()  # bf16 autocast, channels-last, compile (training.fast); the gpu preset sets them
+
+    def to_dict(self) -> dict:
+        """`fast` only when a switch is on: records stored before the field existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("fast",))
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -145,19 +149,17 @@ def _model(cfg: SSLBenchConfig, num_classes: int, channels: int) -> torch.nn.Mod
     return SmallCNN(num_classes, channels, cfg.width)
 
 
-_DATA_CACHE: dict = {}
-
-
 def _data(cfg: SSLBenchConfig, dataset: str, n_labeled: int, seed: int, device):
     from gradalign.data.ssl_data import prepare_ssl_data
+    from gradalign.training.data_cache import cached_data
 
-    key = (dataset, n_labeled, seed, cfg.n_validation, cfg.n_pool, cfg.n_test, str(device))
-    if key not in _DATA_CACHE:
-        _DATA_CACHE.clear()
-        _DATA_CACHE[key] = prepare_ssl_data(
+    key = ("lga.ssl", dataset, n_labeled, seed, cfg.n_validation, cfg.n_pool, cfg.n_test, str(device))
+    return cached_data(
+        key,
+        lambda: prepare_ssl_data(
             dataset, n_labeled, cfg.n_validation, seed, device, n_pool=cfg.n_pool or None, n_test=cfg.n_test or None
-        )
-    return _DATA_CACHE[key]
+        ),
+    )
 
 
 def method_settings(cfg: SSLBenchConfig, method: str, family: str):

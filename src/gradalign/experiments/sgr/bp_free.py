@@ -33,17 +33,14 @@ from gradalign.experiments.rules import summary as summary_of
 from gradalign.experiments.sgr.local_runs import LocalBPConfig, curves_of, local_scale, run_group
 from gradalign.experiments.sgr.local_runs import scope, summary
 from gradalign.methods.local import TITLES
+from gradalign.run_unit import without_defaults
 from gradalign.training.local import RUN_VERSION
 
 NOTEBOOK = "notebooks/sgr/04_bp_free.ipynb"
 BP_FREE_METHODS = ("layerwise", "reforward", "sgr")
 BASELINES = ("fa", "dfa", "drtp", "pepita")
-BASELINE_SETTINGS = {  # (learning rate, activation): our choice, from a 3-epoch probe (see CHOICES)
-    "fa": (0.01, "relu"),
-    "dfa": (0.01, "relu"),
-    "drtp": (0.01, "tanh"),
-    "pepita": (0.01, "relu"),  # the PEPITA code's rate: at 0.1 (the probe's pick) all 3 cpu seeds diverged in epoch 1
-}
+BASELINE_ACTIVATIONS = {"fa": "relu", "dfa": "relu", "drtp": "tanh", "pepita": "relu"}  # DRTP's own networks: tanh
+FIGURE_METHODS = ("layerwise", "sgr")  # what Figures 2-4 compare
 
 
 @dataclass(frozen=True)
@@ -51,6 +48,13 @@ class BPFreeConfig(LocalBPConfig):
     depth: int = 4  # blocks of the PlainMLP, each a module (our choice: the paper's depth is not stated)
     methods: tuple[str, ...] = BP_FREE_METHODS
     baselines: tuple[str, ...] = BASELINES  # Table 4 only: FA, DFA, DRTP, PEPITA on the same hidden blocks
+    # every baseline's learning rate (our choice, from a 3-epoch probe, see CHOICES; the PEPITA code's rate: at
+    # 0.1, the probe's pick, all 3 cpu seeds of PEPITA diverged in epoch 1)
+    baseline_lr: float = 0.01
+
+    def to_dict(self) -> dict:
+        """`baseline_lr` only when not its default: records stored before the field existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("baseline_lr",))
 
     def validate(self) -> None:
         super().validate()
@@ -58,6 +62,7 @@ class BPFreeConfig(LocalBPConfig):
         require(self, "methods", "sgr" in self.methods, "must include sgr (the claims compare it with the others)")
         require(self, "methods", set(self.methods) <= set(BP_FREE_METHODS), f"must be among {BP_FREE_METHODS}")
         require(self, "baselines", set(self.baselines) <= set(BASELINES), f"must be among {BASELINES}")
+        require(self, "baseline_lr", self.baseline_lr > 0, "must be > 0")
         if "cifar100" in self.datasets:
             require(self, "width", round(1024 * self.width) >= 100, "must give >= 100 units for CIFAR-100's ETF")
 
@@ -71,34 +76,54 @@ class BPFreeConfig(LocalBPConfig):
     def baseline_spec(self, method: str, dataset: str, seed: int):
         from gradalign.training.bp_free import BPFreeRunSpec
 
-        lr, activation = BASELINE_SETTINGS[method]
         return BPFreeRunSpec(
             method=method,
-            protocol=replace(self.protocol, lr=lr),
+            protocol=replace(self.protocol, lr=self.baseline_lr),
             dataset=dataset,
             depth=self.depth,
             width=self.width,
-            activation=activation,
+            activation=BASELINE_ACTIVATIONS[method],
             n_train=self.n_train,
             n_test=self.n_test,
             seed=seed,
+            data_seed=self.data_seed,
         )
+
+
+def unused_settings(cfg: BPFreeConfig) -> dict[str, str]:
+    """Figures 2-4 compare layer-wise training with SGR only (`Experiment.unused`)."""
+    why = f"the figures compare {' and '.join(FIGURE_METHODS)} only"
+    return {"methods": why, "baselines": why, "baseline_lr": why}
+
+
+def figure_jobs(cfg: BPFreeConfig, methods=FIGURE_METHODS) -> list[tuple[str, str, int, str]]:
+    return [(cfg.network, m, cfg.depth, d) for d in cfg.datasets for m in methods]
+
+
+def baseline_jobs(cfg: BPFreeConfig) -> list[tuple[str, str, int]]:
+    return [(m, d, s) for d in cfg.datasets for m in cfg.baselines for s in range(cfg.seed, cfg.seed + cfg.seeds)]
+
+
+def table4_units(cfg: BPFreeConfig) -> list:
+    from gradalign.experiments.sgr.local_runs import group_units
+    from gradalign.training.bp_free import bp_free_unit
+
+    baselines = [bp_free_unit(cfg.baseline_spec(*job)) for job in baseline_jobs(cfg)]
+    return group_units(cfg, figure_jobs(cfg, cfg.methods)) + baselines
 
 
 def _baseline_runs(cfg: BPFreeConfig, device) -> dict:
     from gradalign.progress import progress
-    from gradalign.training.bp_free import bp_free_run
+    from gradalign.training.bp_free import bp_free_unit
 
-    todo = [(m, d, s) for d in cfg.datasets for m in cfg.baselines for s in range(cfg.seed, cfg.seed + cfg.seeds)]
     runs: dict[tuple, list[dict]] = {}
-    for m, d, s in progress(todo, desc="BP-free baseline runs"):
-        runs.setdefault((m, d), []).append(bp_free_run(cfg.baseline_spec(m, d, s), device))
+    for m, d, s in progress(baseline_jobs(cfg), desc="BP-free baseline runs"):
+        runs.setdefault((m, d), []).append(bp_free_unit(cfg.baseline_spec(m, d, s), device).run())
     return runs
 
 
 def _runs(cfg: BPFreeConfig, methods, device) -> dict:
-    jobs = [(cfg.network, m, cfg.depth, d) for d in cfg.datasets for m in methods]
-    return run_group(cfg, jobs, device)
+    return run_group(cfg, figure_jobs(cfg, methods), device)
 
 
 def _prefixed(cfg, dataset, checks):
@@ -217,7 +242,7 @@ def figure4_checks(sgr: dict, layerwise: dict) -> dict:
 
 
 def _figure(cfg: BPFreeConfig, device, checks_of) -> dict:
-    runs = _runs(cfg, ("layerwise", "sgr"), device)
+    runs = _runs(cfg, FIGURE_METHODS, device)
     checks, curves = {}, {}
     for d in cfg.datasets:
         for m in ("layerwise", "sgr"):
@@ -285,7 +310,7 @@ def figure3_checks(effect: dict) -> dict:
 
 
 def figure3(cfg: BPFreeConfig, device) -> dict:
-    runs = _runs(cfg, ("layerwise", "sgr"), device)
+    runs = _runs(cfg, FIGURE_METHODS, device)
     checks, effects = {}, {}
     for d in cfg.datasets:
         effect = {}
@@ -341,7 +366,7 @@ SHARES = (
 )
 
 
-def _experiment(element_id: str, run, presets: dict) -> Experiment:
+def _experiment(element_id: str, run, presets: dict, unused=None) -> Experiment:
     return Experiment(
         element_id,
         run,
@@ -354,12 +379,13 @@ def _experiment(element_id: str, run, presets: dict) -> Experiment:
         choices=CHOICES,
         shares=SHARES,
         scale=local_scale,
+        unused=unused,
     )
 
 
 EXPERIMENTS = [
     _experiment("sgr.tab4", table4, PRESETS),
-    _experiment("sgr.fig2", figure2, FIGURE_PRESETS),
-    _experiment("sgr.fig3", figure3, FIGURE_PRESETS),
-    _experiment("sgr.fig4", figure4, FIGURE_PRESETS),
+    _experiment("sgr.fig2", figure2, FIGURE_PRESETS, unused_settings),
+    _experiment("sgr.fig3", figure3, FIGURE_PRESETS, unused_settings),
+    _experiment("sgr.fig4", figure4, FIGURE_PRESETS, unused_settings),
 ]

@@ -67,10 +67,26 @@ def table3_checks(table: dict) -> dict:
     return checks
 
 
+def table3_jobs(cfg: Table3Config) -> list[tuple[str, str, int, str]]:
+    """(network, method, K, data set) of every run of Table 3 (each over the seeds)."""
+    return [(net, m, cfg.modules, d) for d in cfg.datasets for net in cfg.networks for m in cfg.methods]
+
+
+def table6_jobs(cfg: Table6Config) -> list[tuple[str, str, int, str]]:
+    jobs = [("resnet32", m, k, d) for d in cfg.datasets for k in cfg.splits for m in cfg.methods]
+    return jobs + ([("resnet32", "global_bp", 1, d) for d in cfg.datasets] if cfg.global_bp else [])
+
+
+def table7_jobs(cfg: Table7Config) -> list[tuple[str, str, int, str]]:
+    from gradalign.training.local import vgg_name
+
+    jobs = [(vgg_name(d), "global_bp", 1, ds) for ds in cfg.datasets for d in cfg.depths]
+    return jobs + [(vgg_name(d), "sgr", cfg.sgr_modules(d), ds) for ds in cfg.datasets for d in cfg.depths]
+
+
 def table3(cfg: Table3Config, device) -> dict:
     """Table 3: final test accuracy of each network × method at K local modules."""
-    jobs = [(net, m, cfg.modules, d) for d in cfg.datasets for net in cfg.networks for m in cfg.methods]
-    runs = run_group(cfg, jobs, device)
+    runs = run_group(cfg, table3_jobs(cfg), device)
     tables, curves = {}, {}
     for d in cfg.datasets:
         tables[d] = {net: {m: summary(runs[(net, m, cfg.modules, d)]) for m in cfg.methods} for net in cfg.networks}
@@ -123,9 +139,7 @@ def table6_checks(table: dict, global_bp: dict | None) -> dict:
 
 def table6(cfg: Table6Config, device) -> dict:
     """Table 6: ResNet-32 at each K with each local method, and global BP."""
-    jobs = [("resnet32", m, k, d) for d in cfg.datasets for k in cfg.splits for m in cfg.methods]
-    jobs += [("resnet32", "global_bp", 1, d) for d in cfg.datasets] if cfg.global_bp else []
-    runs = run_group(cfg, jobs, device)
+    runs = run_group(cfg, table6_jobs(cfg), device)
     tables, globals_, curves, checks = {}, {}, {}, {}
     for d in cfg.datasets:
         tables[d] = {m: {str(k): summary(runs[("resnet32", m, k, d)]) for k in cfg.splits} for m in cfg.methods}
@@ -180,9 +194,7 @@ def table7(cfg: Table7Config, device) -> dict:
     from gradalign.data.image_sets import image_set_info
     from gradalign.training.local import vgg_name
 
-    jobs = [(vgg_name(d), "global_bp", 1, ds) for ds in cfg.datasets for d in cfg.depths]
-    jobs += [(vgg_name(d), "sgr", cfg.sgr_modules(d), ds) for ds in cfg.datasets for d in cfg.depths]
-    runs = run_group(cfg, jobs, device)
+    runs = run_group(cfg, table7_jobs(cfg), device)
     tables, curves, checks = {}, {}, {}
     for ds in cfg.datasets:
         bp = {d: summary(runs[(vgg_name(d), "global_bp", 1, ds)]) for d in cfg.depths}

@@ -16,6 +16,8 @@ from gradalign.config import Config, require
 from gradalign.experiments.seed_stats import stats
 from gradalign.experiments.base import plural, scale_text
 from gradalign.methods.local import LocalSettings
+from gradalign.methods.sgr import SGR_LAMBDA
+from gradalign.run_unit import without_defaults
 from gradalign.training.local import SGRProtocol
 
 TABLE3_NETWORKS = ("resnet32", "plainnet32")
@@ -43,8 +45,13 @@ class LocalBPConfig(Config):
     n_test: int = 0  # test subset (0: the whole test split)
     seeds: int = 3  # runs seed, seed + 1, ...
     protocol: SGRProtocol = SGRProtocol()
-    lam: float = 1.0  # λ of Eq. 5 (App. E: 1 on CIFAR)
+    lam: float = SGR_LAMBDA  # λ of Eq. 5
     reduction: str = "mean"  # Algorithm 1's nn.MSELoss()
+    data_seed: int = 0  # the train/test subsets: the same images for every method and seed (our choice)
+
+    def to_dict(self) -> dict:
+        """`data_seed` only when not 0: records stored before the field existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("data_seed",))
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -81,6 +88,7 @@ class LocalBPConfig(Config):
             n_train=self.n_train,
             n_test=self.n_test,
             seed=seed,
+            data_seed=self.data_seed,
         )
 
 
@@ -142,14 +150,21 @@ class Table7Config(LocalBPConfig):
 def run_group(cfg: LocalBPConfig, jobs: list[tuple[str, str, int, str]], device) -> dict[tuple, list[dict]]:
     """{(network, method, K, dataset): [one run per seed]}, each from the run cache when stored."""
     from gradalign.progress import progress
-    from gradalign.training.local import local_run
+    from gradalign.training.local import local_unit
 
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
     todo = [(job, seed) for job in jobs for seed in seeds]
     runs: dict[tuple, list[dict]] = {}
     for job, seed in progress(todo, desc="local-BP runs"):
-        runs.setdefault(job, []).append(local_run(cfg.spec(*job, seed), device))
+        runs.setdefault(job, []).append(local_unit(cfg.spec(*job, seed), device).run())
     return runs
+
+
+def group_units(cfg: LocalBPConfig, jobs: list[tuple[str, str, int, str]]) -> list:
+    """The runs `run_group(cfg, jobs, ...)` reads, as run-cache units (`gradalign sweep`)."""
+    from gradalign.training.local import local_unit
+
+    return [local_unit(cfg.spec(*job, seed)) for job in jobs for seed in range(cfg.seed, cfg.seed + cfg.seeds)]
 
 
 def summary(runs: list[dict]) -> dict:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from gradalign.config import Config, require
+from gradalign.methods.sgr import SGR_LAMBDA
 from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
 from gradalign.experiments.sgr.exact import (
     EXACT,
@@ -139,7 +140,7 @@ class ObjectiveConfig(Config):
     widths: tuple[int, ...] = (8, 16, 16, 16)  # input features, then each module's width: 3 modules (our choice)
     classes: int = 4
     batch: int = 32
-    lam: float = 1.0  # App. E: λ = 1 on CIFAR
+    lam: float = SGR_LAMBDA  # λ of Eq. 5
     reduction: str = "mean"  # Algorithm 1's nn.MSELoss()
     lr: float = 0.1  # SGD, one optimizer per module as in Algorithm 1 (our choice of rate)
     steps: int = 100
