@@ -3,6 +3,8 @@ trial at a time: the same curves to float rounding, and the study uses them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -61,7 +63,16 @@ def test_the_study_reads_the_batched_arms(monkeypatch, tmp_path):
     cfg = EXPERIMENTS["lga.fig3"].resolve("smoke")
     curves, finals = study.shells_study(cfg)
     assert calls == [cfg.trials] and len(finals["supervised"]["final_test_loss"]) == cfg.trials
-    alone = study._train(cfg, cfg.seed + 1, None, None)["supervised"]  # trial 1 trained one at a time
+    one_at_a_time = replace(cfg, batched=False)
+    alone = study._train(one_at_a_time, cfg.seed + 1, None, None)["supervised"]  # trial 1 trained one at a time
     assert_curves_close(alone, study.trial_unit(cfg, 1).run()["supervised"], rtol=1e-4)
     curves_again, _ = study.shells_study(cfg)  # every trial stored: nothing trains
     assert calls == [cfg.trials] and curves_again == curves
+    # one arm, one key: the one-at-a-time arms are not the batched ones stored above (issue 26)
+    from gradalign.sweep import missing_units
+
+    singles = [study.trial_unit(one_at_a_time, k) for k in range(cfg.trials)]
+    assert missing_units(singles) == singles and {u.key for u in singles}.isdisjoint(
+        {study.trial_unit(cfg, k).key for k in range(cfg.trials)}
+    )
+    assert study.trial_unit(one_at_a_time, 1).run()["supervised"] == alone and calls == [cfg.trials]

@@ -5,7 +5,8 @@ keyed by the trial's settings), so whichever of the two runs first trains and th
 and an interrupted study resumes at the next trial. Each trial is a unit (`trial_unit`): `gradalign sweep`
 can compute the trials as separate jobs. Run in one process, the study trains the supervised arms of all its
 trials at once (`training.shells_batched`, batched trials) the first time a trial is missing; each trial's LGA
-arm, with its per-trial label state, trains on its own. The data is float32 and small: it runs on the CPU whatever
+arm, with its per-trial label state, trains on its own. `batched=false` trains each supervised arm on its own
+instead, stored under a key of its own. The data is float32 and small: it runs on the CPU whatever
 device is asked for (a GPU would mostly add latency to a 40k-parameter MLP).
 """
 
@@ -19,7 +20,7 @@ import torch
 from gradalign.config import Config, require
 from gradalign.experiments.rules import compare, summary
 from gradalign.experiments.base import check, Experiment, outcome, plural, same_as_cpu, scale_text
-from gradalign.run_unit import Unit
+from gradalign.run_unit import Unit, without_defaults
 from gradalign.training.shells import ShellsTrialSettings
 
 NOTEBOOK = "notebooks/lga/03_synthetic_shells.ipynb"
@@ -94,6 +95,13 @@ class ShellsStudyConfig(Config):
     n_test: int = 5000  # our choice: the paper does not state the test set size
     trials: int = 12  # cpu: as many as fit ~10 minutes on two cores (the paper: 25)
     trial: ShellsTrialSettings = ShellsTrialSettings()  # optimisation and measurement of each trial
+    # the supervised arms of all trials trained together (training.shells_batched), or each on its own: equal to
+    # float rounding, not to the bit, so each is stored under its own key
+    batched: bool = True
+
+    def to_dict(self) -> dict:
+        """`batched` only when false: records stored before the field existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("batched",))
 
     def validate(self) -> None:
         super().validate()
@@ -104,8 +112,9 @@ class ShellsStudyConfig(Config):
 
 def trial_unit(cfg: ShellsStudyConfig, k: int, supervised=None) -> Unit:
     """Trial k (its data set drawn with seed + k, both algorithms trained on it) as a run-cache unit: what
-    `_trial` reads back, and what `gradalign sweep` computes as a job of its own. `supervised(seed)`, when given,
-    supplies the supervised arm (the study's batched one); None trains it here."""
+    `_trial` reads back, and what `gradalign sweep` computes as a job of its own. The config's `batched` says
+    how the supervised arm is trained, and the key says which (one arm, one key, whichever path runs first);
+    `supervised`, when given, is the study's `BatchedSupervisedArms`, shared by its trials."""
     seed = cfg.seed + k
     spec = {
         "d": cfg.d,
@@ -114,6 +123,7 @@ def trial_unit(cfg: ShellsStudyConfig, k: int, supervised=None) -> Unit:
         "n_test": cfg.n_test,
         "seed": seed,
         "trial": cfg.trial.to_dict(),
+        **({} if cfg.batched else {"supervised_arm": "one_at_a_time"}),  # batched arms keep their earlier keys
     }
     train = functools.partial(_train, cfg, seed, supervised)
     return Unit(f"trial {k} (seed {seed})", "lga.shells", spec, STUDY_VERSION, train)
@@ -130,7 +140,10 @@ def _train(cfg: ShellsStudyConfig, seed: int, supervised, _checkpoint) -> dict:
     from gradalign.training.shells import shells_trial
 
     data = _data(cfg, seed)
-    arm = supervised(seed) if supervised is not None else shells_trial(data, "supervised", cfg.trial, seed)
+    if cfg.batched:  # a job of a sweep trains the study's batched arms (all trials) and keeps its own
+        arm = (supervised or BatchedSupervisedArms(cfg))(seed)
+    else:
+        arm = shells_trial(data, "supervised", cfg.trial, seed)
     return {"supervised": arm, "lga": shells_trial(data, "lga", cfg.trial, seed)}
 
 
@@ -165,7 +178,7 @@ def shells_study(cfg: ShellsStudyConfig) -> tuple[dict, dict]:
     """(curves: per method, mean and std over trials of every curve; raw per-trial finals)."""
     from gradalign.progress import progress
 
-    supervised = BatchedSupervisedArms(cfg)
+    supervised = BatchedSupervisedArms(cfg) if cfg.batched else None
     trials = [_trial(cfg, k, supervised) for k in progress(range(cfg.trials), desc="shells trials")]
     curves = {"step": trials[0]["supervised"]["step"]}
     finals = {}
