@@ -47,7 +47,7 @@ LAYERS = [
     ("training",),
     ("benchmarks",),
     ("experiments",),
-    ("results", "runner", "comparison", "report", "pages", "bench", "sweep", "storage"),
+    ("results", "runner", "assess", "rederive", "comparison", "report", "pages", "bench", "sweep", "storage"),
     ("plotting", "page_helpers", "downloads", "source_archive", "notebook", "book", "book_static", "cli", "__main__"),
 ]
 

@@ -62,7 +62,12 @@ def record_digest(record: dict) -> str:
 
 class ResultStore:
     def __init__(self, root: str | Path | None = None):
-        self.root = Path(root or os.environ.get("GRADALIGN_RESULTS") or project_root() / "results")
+        env = os.environ.get("GRADALIGN_RESULTS")
+        if root is None and env is not None and not env.strip():
+            from gradalign.errors import ConfigError
+
+            raise ConfigError("GRADALIGN_RESULTS is set but empty; unset it (results/ of the checkout) or name a folder")
+        self.root = Path(root or env or project_root() / "results")
 
     def path(self, element_id: str, preset: str, digest: str) -> Path:
         return self.root / part_of(element_id) / element_id / f"{preset}-{digest}.json"
