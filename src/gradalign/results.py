@@ -66,7 +66,9 @@ class ResultStore:
         if root is None and env is not None and not env.strip():
             from gradalign.errors import ConfigError
 
-            raise ConfigError("GRADALIGN_RESULTS is set but empty; unset it (results/ of the checkout) or name a folder")
+            raise ConfigError(
+                "GRADALIGN_RESULTS is set but empty; unset it (results/ of the checkout) or name a folder"
+            )
         self.root = Path(root or env or project_root() / "results")
 
     def path(self, element_id: str, preset: str, digest: str) -> Path:
