@@ -5,6 +5,10 @@ A run stopped by the box (or by Ctrl-C) leaves its wall time in a ledger beside 
 `<cache>/parts/<id>/<preset>-<config hash>.json`; the record's `provenance.wall_time_s` is the sum over every
 part of its computation (and `provenance.parts` their number, when there were several), and the ledger is
 deleted once the record is stored. A divergence (`divergence`) stores nothing.
+
+At the `cpu`, `gpu` and `paper` presets every finished run the experiment reads is committed under
+`<results>/runs/<kind>/<key>.json` (`run_unit.committed_runs`) and read from there first, so a record can be
+assembled from runs made on several machines; `provenance.runs` lists them by the hardware each ran on.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from gradalign.errors import ConfigError
 from gradalign.experiments import get
 from gradalign.fingerprint import changed_files, code_fingerprint
 from gradalign.results import SCHEMA, ResultStore, part_of
+from gradalign.run_unit import committed_runs
 from gradalign.runcache import cache_root, force_recompute
 from gradalign.runtime import check_device, pin_threads, seed_everything, select_device
 from gradalign.timebox import TimeBoxSpent, check_honoured
@@ -59,7 +64,10 @@ def run(
         ledger.clear()  # --force recomputes from scratch: earlier parts do not count
     start = time.perf_counter()
     try:
-        with force_recompute() if force else contextlib.nullcontext():
+        with (
+            force_recompute() if force else contextlib.nullcontext(),
+            committed_runs(store.root / "runs", write=preset in COMMITTED_PRESETS and _rank_zero()) as committed,
+        ):
             result = exp.run(cfg, dev)
     except (TimeBoxSpent, KeyboardInterrupt):  # resumable: the next command goes on from the checkpoints
         ledger.add(time.perf_counter() - start)
@@ -79,6 +87,7 @@ def run(
             **provenance(dev, [cfg.seed], wall),
             **({"parts": earlier_parts + 1} if earlier_parts else {}),
             "code": code_fingerprint(exp.run.__module__),
+            **({"runs": runs_by_hardware(committed.read)} if committed.read else {}),
         },
     }
     assess(record)  # evidence, claims, preconditions and verdict under the current rules
@@ -86,6 +95,18 @@ def run(
         store.save(record)
         ledger.clear()
     return record
+
+
+COMMITTED_PRESETS = ("cpu", "gpu", "paper")
+"""Presets whose finished runs are committed under `<results>/runs/` (`run_unit.committed_runs`)."""
+
+
+def runs_by_hardware(read: dict[tuple[str, str], dict]) -> dict[str, list[str]]:
+    """The runs a record was assembled from (`kind/key`), grouped by the hardware each ran on."""
+    out: dict[str, list[str]] = {}
+    for (kind, key), made in read.items():
+        out.setdefault(str(made.get("hardware", "unknown")), []).append(f"{kind}/{key}")
+    return out
 
 
 def _rank_zero() -> bool:
