@@ -105,6 +105,7 @@ article code.literal span.pre {
 /* The header's "Get the code" button: its label beside the icon, the icon alone on a phone. */
 .btn-get-the-code-button .btn__text-container {
   margin-left: 0.3em;
+  font-size: 0.85em;
   white-space: nowrap;
 }
 
