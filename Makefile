@@ -15,8 +15,8 @@ book: setup data
 
 # The suite executes every notebook once, in its book build at the smoke preset (tests/conftest.py `built`).
 test: setup data browser
-	$(BIN)/ruff check src tests benchmarks notebooks
-	$(BIN)/ruff format --check src tests benchmarks notebooks
+	$(BIN)/ruff check src tests notebooks
+	$(BIN)/ruff format --check src tests notebooks
 	$(BIN)/python -m pytest -q
 
 setup: $(STAMP)
