@@ -47,7 +47,20 @@ LAYERS = [
     ("training",),
     ("benchmarks",),
     ("experiments",),
-    ("results", "runner", "assess", "rederive", "comparison", "report", "pages", "bench", "sweep", "storage"),
+    (
+        "results",
+        "runner",
+        "assess",
+        "rederive",
+        "comparison",
+        "report",
+        "pages",
+        "bench",
+        "sweep",
+        "storage",
+        "gpu_window",
+        "gpu_import",
+    ),
     ("plotting", "page_helpers", "downloads", "source_archive", "notebook", "book", "book_static", "cli", "__main__"),
 ]
 

@@ -51,7 +51,8 @@ from gradalign.analysis.input_effect import input_effect, module_inputs
 from gradalign.methods.local import LOCAL_METHODS, TITLES, LocalSettings
 from gradalign.run_unit import Unit, without_defaults
 from gradalign.training import loop
-from gradalign.training.checkpoint import data_digest, fingerprint
+from gradalign.training.checkpoint import fingerprint
+from gradalign.training.local_data import LocalData, local_data
 from gradalign.training.evaluate import classification_metrics
 
 RUN_KIND = "sgr.local"
@@ -191,45 +192,6 @@ def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleL
     else:
         heads = [local_head(kind, c, classes) for c in channels[:-1]] if K > 1 else []
     return model, modules, heads
-
-
-# --- data and augmentation ---------------------------------------------------------------------------------
-
-
-@dataclass
-class LocalData:
-    """Train images uint8 (N, C, H, W) on the device, labels; the normalised test set."""
-
-    images: torch.Tensor
-    labels: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-
-    def digest(self) -> str:
-        return data_digest(self.images, self.labels, self.test_x, self.test_y)
-
-
-def local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int = 0) -> LocalData:
-    """The (subset of the) data set on `device`, test images normalised with the recorded channel statistics;
-    the subsets drawn with `data_seed` (train) and `data_seed + 1` (test)."""
-    from gradalign.training.data_cache import cached_data
-
-    key = (RUN_KIND, dataset, n_train, n_test, data_seed, str(device))
-    return cached_data(key, lambda: _local_data(dataset, n_train, n_test, device, data_seed))
-
-
-def _local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int) -> LocalData:
-    from gradalign.data.image_sets import image_set_info, load_image_set, random_subset
-
-    info = image_set_info(dataset)
-    images, labels = random_subset(*load_image_set(dataset, "train"), n_train, data_seed)
-    test_images, test_labels = random_subset(*load_image_set(dataset, "test"), n_test, data_seed + 1)
-    test_x = normalise(test_images.float() / 255, info.mean, info.std)
-    return LocalData(
-        images.to(device), labels.to(device), test_x.to(device), test_labels.to(device), info.mean, info.std
-    )
 
 
 # --- the run -----------------------------------------------------------------------------------------------

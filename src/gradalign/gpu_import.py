@@ -1,0 +1,142 @@
+"""`gradalign import DIR`: the files a `gradalign gpu-window` wrote, checked and placed in the results store.
+
+Every run entry is checked as `run_unit.check_entry` checks a committed entry (key, spec, digest), every record
+as the results store reads one (in a scratch store: schema, key, digest, verdict), and each is placed where it
+belongs (`<results>/runs/<kind>/<key>.json`, `<results>/<part>/<id>/<preset>-<hash>.json`); what does not check
+is refused and reported, never placed. The quick benchmark records are shown, not stored (quick sizes are a
+code-path check). The command says what it added; commit it as produced, never edited by hand.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, write_json_atomically
+from gradalign.errors import ConfigError
+
+WINDOW_FILE, RECORDS_FILE, BENCH_FILE, RUNS_PREFIX = "window.json", "records.json", "bench.json", "runs-"
+
+
+@dataclass
+class Imported:
+    added_runs: list[str] = field(default_factory=list)
+    added_records: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    refused: list[str] = field(default_factory=list)  # what did not check, and why
+    bench: list[str] = field(default_factory=list)
+    window: dict = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"imported {len(self.added_runs)} run entr{'y' if len(self.added_runs) == 1 else 'ies'} and "
+            f"{len(self.added_records)} record(s); {self.unchanged} already here; {len(self.refused)} refused"
+        ]
+        out += [f"  run {name}" for name in self.added_runs]
+        out += [f"  record {name}" for name in self.added_records]
+        out += [f"  refused: {why}" for why in self.refused]
+        out += [f"  bench --quick: {line}" for line in self.bench]
+        if self.window.get("stopped"):
+            out.append(
+                f"  the window stopped at {self.window['stopped']}; still to do: {', '.join(self.window['left'])}"
+            )
+        return out
+
+
+def import_window(folder: str | Path, root: str | Path | None = None) -> Imported:
+    """Check every digest of a window's files in `folder` and place its entries and records in the results
+    store (`root`, default the checkout's `results/`); what does not check is refused and reported."""
+    from gradalign.results import ResultStore
+    from gradalign.run_unit import check_entry, entry_path
+
+    folder = Path(folder)
+    if not (folder / WINDOW_FILE).is_file():
+        raise ConfigError(f"{folder} holds no {WINDOW_FILE}: not the folder a gpu-window wrote")
+    store = ResultStore(root)
+    imported = Imported()
+    refused = imported.refused
+    imported.window = _read(folder / WINDOW_FILE, refused) or {}
+    for path in sorted(folder.glob(f"{RUNS_PREFIX}*.json")):
+        for entry in (_read(path, refused) or {}).get("runs", []):
+            try:
+                entry = check_entry(entry)
+            except StoredJSONError as err:
+                refused.append(f"a run entry in {path.name} {err}")
+                continue
+            target = entry_path(store.root / "runs", entry["kind"], entry["key"])
+            _place(target, entry, f"{entry['kind']}/{entry['key']}", imported, imported.added_runs)
+    for record in (_read(folder / RECORDS_FILE, refused) or {}).get("records", []):
+        name = _checked_record(record, refused)
+        if name:
+            target = store.path(record["id"], record["preset"], record["config_hash"])
+            _place(target, record, name, imported, imported.added_records)
+    for name, record in (_read(folder / BENCH_FILE, refused) or {}).get("bench", {}).items():
+        imported.bench.append(_bench_line(name, record))
+    return imported
+
+
+def _read(path: Path, refused: list[str]) -> Any:
+    if not path.exists():
+        return None
+    try:
+        return read_json_strict(path)
+    except StoredJSONError as err:
+        refused.append(f"{path.name} {err}")
+        return None
+
+
+def _place(target: Path, document: dict, name: str, imported: Imported, added: list[str]) -> None:
+    if target.exists():
+        try:
+            if read_json_strict(target) == document:
+                imported.unchanged += 1
+                return
+        except StoredJSONError:
+            pass  # a damaged file where a good one goes: replaced
+    write_json_atomically(target, document)
+    added.append(name)
+
+
+def _checked_record(record: object, refused: list[str]) -> str | None:
+    """`id [preset]` when `record` reads back as a usable record (the results store's own checks, in a scratch
+    store), else None with the reason in `refused`."""
+    import warnings
+
+    from gradalign.experiments import get
+    from gradalign.results import ResultStore
+
+    if not isinstance(record, dict) or not {"id", "preset", "config_hash", "experiment_version"} <= set(record):
+        refused.append("a record without its id, preset, config hash and version")
+        return None
+    name = f"{record['id']} [{record['preset']}]"
+    try:
+        get(record["id"])
+    except ConfigError as err:
+        refused.append(f"record {name}: {err}")
+        return None
+    with tempfile.TemporaryDirectory() as scratch, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        store = ResultStore(scratch)
+        try:
+            write_json_atomically(store.path(record["id"], record["preset"], str(record["config_hash"])), record)
+            loaded = store.load(record["id"], record["preset"], record["config_hash"], record["experiment_version"])
+        except (OSError, TypeError, ValueError) as err:
+            loaded, caught = None, [f"{type(err).__name__}: {err}"]
+    if loaded is None:
+        why = "; ".join(str(getattr(w, "message", w)) for w in caught) or "does not check"
+        refused.append(f"record {name}: {why}")
+        return None
+    return name
+
+
+def _bench_line(name: str, record: object) -> str:
+    if not isinstance(record, dict) or "error" in record:
+        return f"{name}: {record.get('error') if isinstance(record, dict) else 'not a record'}"
+    if record.get("digest") != content_digest(record):
+        return f"{name}: refused (its digest does not match its content)"
+    measured = record.get("measurement", {})
+    ratios = {k: v for k, v in measured.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    shown = ", ".join(f"{k} {v:.3g}" for k, v in list(ratios.items())[:4])
+    return f"{name} on {record.get('device_kind')}: {shown or 'no ratios'} (quick sizes: not stored)"

@@ -1,0 +1,303 @@
+"""`gradalign gpu-window` and `gradalign import`: a short GPU window that finishes whole units, and its return.
+
+A window (`/work/shared/GPU.md`: about 15 minutes of device time, commands of at most 10 minutes, at most 8
+files of at most 16 MiB back) is one command, run in a checkout that carries the committed `results/`:
+
+1. the CUDA tests at `smoke` (`CUDA_TESTS`; skipped without a CUDA device or without pytest);
+2. `bench --quick` on the device: every benchmark at its tiny sizes (a code-path check with ratios; quick
+   records are never stored as measurements);
+3. the units of a backlog (`BACKLOG`: the `gpu` presets, most valuable first) under the window's time box
+   (`timebox`): each unit's finished entry is committed to the checkout's `results/runs/` (`run_unit`), and
+   once an experiment's units are all there its record is assembled (`runner.run`). A unit the box stops keeps
+   its checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried
+   in the checkout) are read, not trained: a window continues where the last one stopped.
+
+Everything the window finished is written to `--out` as it goes, in `bundle_files` (at most `MAX_FILES`, each
+under `MAX_FILE_BYTES`): `window.json` (what ran, each unit's wall time and hardware, what is left),
+`runs-<n>.json` (committed run entries), `records.json`, `bench.json`. A command stopped at its limit still
+leaves what it had finished. Back on the CPU machine `gradalign import DIR` checks every digest (entries as
+`run_unit.check_entry`, records as the results store reads them), places the entries and records in the results
+store, and says what it added; then commit them. Nothing here imports jupyter or papermill.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from gradalign.atomic import read_json_strict, write_json_atomically
+from gradalign.errors import ConfigError
+from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
+
+BACKLOG: tuple[tuple[str, str, dict], ...] = tuple(
+    (element_id, "gpu", {})
+    for element_id in (
+        "lga.fig7",
+        "metagrad.tab4",
+        "sgr.tab3",
+        "isoloss.tab1",
+        "lga.fig5",
+        "lga.tab1",
+        "metagrad.tab1",
+        "sgr.tab6",
+        "metagrad.tab2",
+    )
+)
+"""(element id, preset, overrides) in priority order (GPU.md's backlog)."""
+CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_activation_memory.py")
+MAX_FILES = 8
+MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
+
+
+@dataclass
+class Window:
+    """What a window did, written to `window.json` as it goes."""
+
+    minutes: float
+    device: str = ""
+    tests: dict = field(default_factory=dict)
+    bench: dict = field(default_factory=dict)  # name -> its quick ratios, or the error
+    units: list[dict] = field(default_factory=list)  # {element, label, kind, key, seconds, hardware, status}
+    records: list[str] = field(default_factory=list)  # element [preset] assembled
+    stopped: str = ""  # why the window ended before its backlog did ("" : the backlog is done)
+    left: list[str] = field(default_factory=list)  # experiments of the backlog still unfinished
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def gpu_window(
+    minutes: float,
+    out: str | Path,
+    backlog=BACKLOG,
+    *,
+    device: str = "auto",
+    tests: bool = True,
+    bench: bool = True,
+    echo: Callable[[str], None] = print,
+) -> Window:
+    """Run one window of at most `minutes` and write what it finished to `out` (see the module's text)."""
+    from gradalign.results import ResultStore
+    from gradalign.runtime import check_device, select_device
+    from gradalign.timebox import check_minutes, seconds_left, time_box
+
+    check_minutes(minutes)
+    check_device(device)
+    out = _out_folder(out)
+    dev = select_device(device)
+    store = ResultStore()
+    before = _snapshot(store.root)
+    window = Window(minutes=minutes, device=str(dev))
+    writer = _Writer(out, store.root, before, window)
+    start = time.monotonic()
+    with time_box(minutes):
+        if tests:
+            window.tests = _cuda_tests(dev, seconds_left)
+            echo(f"gpu-window: CUDA tests: {window.tests['outcome']}")
+            writer.write()
+        if bench:
+            window.bench = _quick_bench(dev)
+            echo(f"gpu-window: bench --quick: {len(window.bench)} benchmark(s)")
+            writer.write()
+        _backlog(window, backlog, dev, store, writer, echo)
+    writer.write()
+    echo(
+        f"gpu-window: {sum(u['status'] == 'finished' for u in window.units)} unit(s) finished, "
+        f"{len(window.records)} record(s) in {time.monotonic() - start:.0f} s"
+        + (f"; stopped: {window.stopped}" if window.stopped else "; backlog done")
+        + f"; files in {out}"
+    )
+    return window
+
+
+def _out_folder(out: str | Path) -> Path:
+    if not str(out).strip():
+        raise ConfigError("--out must name a folder")
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--out {path} is a file; give a folder")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _cuda_tests(dev, seconds_left) -> dict:
+    """The CUDA tests at smoke, in a subprocess, within the box; skipped without CUDA or pytest."""
+    import importlib.util
+
+    from gradalign.environment import project_root
+
+    if dev.type != "cuda":
+        return {"outcome": "skipped: no CUDA device"}
+    files = [f for f in CUDA_TESTS if (project_root() / f).exists()]
+    if importlib.util.find_spec("pytest") is None or not files:
+        return {"outcome": "skipped: pytest or the tests are not here"}
+    timeout = max(10.0, min(300.0, (seconds_left() or 300.0) - 30))
+    env = {**os.environ, "GRADALIGN_PRESET": "smoke"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=project_root(), env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"outcome": f"stopped after {timeout:.0f} s", "seconds": timeout}
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    return {"outcome": last, "returncode": done.returncode, "seconds": round(time.monotonic() - start, 1)}
+
+
+def _quick_bench(dev) -> dict:
+    from gradalign.bench import run_benchmark
+    from gradalign.benchmarks.registry import BENCHMARKS
+
+    records = {}
+    for name in BENCHMARKS:
+        try:
+            records[name] = run_benchmark(name, str(dev), quick=True)
+        except Exception as err:  # noqa: BLE001 (a failed benchmark is reported; the window goes on)
+            records[name] = {"error": f"{type(err).__name__}: {err}"}
+    return records
+
+
+def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None:
+    from gradalign.experiments import get
+    from gradalign.experiments.units import UNITS, units_of
+    from gradalign.run_unit import committed_runs, read_entry, runs_read
+    from gradalign.runner import run
+    from gradalign.timebox import TimeBoxSpent
+
+    for index, (element_id, preset, overrides) in enumerate(backlog):
+        cfg = get(element_id).resolve(preset, overrides)
+        try:
+            if element_id in UNITS:
+                for unit in units_of(element_id, cfg):
+                    if not _box_open():
+                        raise TimeBoxSpent(f"the window's time box closed before {unit.label}")
+                    start, there = time.monotonic(), read_entry(store.root / "runs", unit) is not None
+                    with committed_runs(store.root / "runs", write=True):
+                        unit.run()
+                        made = runs_read().get((unit.kind, unit.key), {})
+                    seconds = round(time.monotonic() - start, 3)
+                    window.units.append(
+                        {
+                            "element": element_id,
+                            "preset": preset,
+                            "label": unit.label,
+                            "kind": unit.kind,
+                            "key": unit.key,
+                            "seconds": seconds,
+                            "hardware": made.get("hardware", ""),
+                            "status": "committed before" if there else "finished",
+                        }
+                    )
+                    writer.write()
+            start = time.monotonic()
+            run(element_id, preset, overrides, store=store, device=str(dev))
+            window.records.append(f"{element_id} [{preset}] in {time.monotonic() - start:.1f} s")
+            echo(f"gpu-window: {element_id} [{preset}] record stored")
+            writer.write()
+        except TimeBoxSpent as err:
+            window.stopped = f"{element_id} [{preset}]: {err}"
+            window.left = [f"{e} [{p}]" for e, p, _ in backlog[index:]]
+            return
+        except ConfigError as err:  # e.g. a data set this machine lacks: the next item
+            window.units.append({"element": element_id, "preset": preset, "status": f"refused: {err}"})
+            writer.write()
+
+
+def _box_open() -> bool:
+    """Whether the window's time box still has time for another unit to begin."""
+    from gradalign.timebox import seconds_left
+
+    left = seconds_left()
+    return left is None or left > 0
+
+
+def _snapshot(root: Path) -> dict[str, str]:
+    """Relative path -> content digest of every JSON file under the results store."""
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): _file_digest(p) for p in root.rglob("*.json")}
+
+
+def _file_digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class _Writer:
+    """Writes the window's bundles to `out`: what is new or changed under the results store since it began."""
+
+    def __init__(self, out: Path, root: Path, before: dict[str, str], window: Window):
+        self.out, self.root, self.before, self.window = out, root, before, window
+
+    def write(self) -> None:
+        runs, records = [], []
+        for relative, digest in sorted(_snapshot(self.root).items()):
+            if self.before.get(relative) == digest:
+                continue
+            document = read_json_strict(self.root / relative)
+            if relative.split(os.sep)[0] == "runs":
+                runs.append(document)
+            elif relative.split(os.sep)[0] != "bench":
+                records.append(document)
+        write_json_atomically(self.out / RECORDS_FILE, {"records": records})
+        write_json_atomically(self.out / BENCH_FILE, {"bench": self.window.bench})
+        chunks = _chunks(runs, MAX_FILES - 3)
+        for n, chunk in enumerate(chunks, 1):
+            write_json_atomically(self.out / f"{RUNS_PREFIX}{n}.json", {"runs": chunk})
+        for stale in self.out.glob(f"{RUNS_PREFIX}*.json"):
+            if int(stale.stem[len(RUNS_PREFIX) :] or 0) > len(chunks):
+                stale.unlink()
+        write_json_atomically(self.out / WINDOW_FILE, self.window.to_dict())
+
+
+def _chunks(items: list[dict], most: int) -> list[list[dict]]:
+    """`items` in at most `most` lists of at most MAX_FILE_BYTES each (an item that does not fit is left out and
+    stays committed in the window's checkout only)."""
+    chunks, current, size = [], [], 0
+    for item in items:
+        length = len(json.dumps(item))
+        if length > MAX_FILE_BYTES:
+            continue
+        if current and size + length > MAX_FILE_BYTES:
+            chunks.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += length
+    if current:
+        chunks.append(current)
+    return chunks[:most]
+
+
+# --- command line ----------------------------------------------------------------------------------------------
+
+
+def add_parsers(sub) -> None:
+    """`gpu-window` and `import` on the command line's subparsers."""
+    w = sub.add_parser("gpu-window", help="CUDA tests, bench --quick and the gpu backlog under a time box")
+    w.add_argument("--minutes", type=float, required=True, help="the window's time box (e.g. 9)")
+    w.add_argument("--out", required=True, help="folder for the window's files (at most 8)")
+    w.add_argument("--device", default="auto")
+    w.add_argument("--no-tests", action="store_true", help="skip the CUDA tests")
+    w.add_argument("--no-bench", action="store_true", help="skip bench --quick")
+    w.set_defaults(func=_cmd_window)
+    i = sub.add_parser("import", help="check and place the files a gpu-window wrote")
+    i.add_argument("folder")
+    i.add_argument("--results", default=None, help="results store (default: the checkout's results/)")
+    i.set_defaults(func=_cmd_import)
+
+
+def _cmd_window(args) -> int:
+    window = gpu_window(args.minutes, args.out, device=args.device, tests=not args.no_tests, bench=not args.no_bench)
+    return 0 if window.tests.get("returncode", 0) in (0, 5) else 1  # 5: pytest collected nothing
+
+
+def _cmd_import(args) -> int:
+    imported = import_window(args.folder, args.results)
+    print("\n".join(imported.lines()))
+    return 1 if imported.refused else 0

@@ -1,0 +1,51 @@
+"""The data of the local-BP runs (`training.local`, `training.bp_free`): the (subset of the) image set on the device.
+
+The train images stay uint8 (augmented per step on the device); the test images are normalised once with the
+recorded channel statistics. Subsets are drawn with the run's data seed (train) and data seed + 1 (test), the
+same images for every method and seed. The last data set built is kept (`training.data_cache`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gradalign.data.augment import normalise
+from gradalign.training.checkpoint import data_digest
+
+
+@dataclass
+class LocalData:
+    """Train images uint8 (N, C, H, W) on the device, labels; the normalised test set."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+    def digest(self) -> str:
+        return data_digest(self.images, self.labels, self.test_x, self.test_y)
+
+
+def local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int = 0) -> LocalData:
+    """The (subset of the) data set on `device`, test images normalised with the recorded channel statistics;
+    the subsets drawn with `data_seed` (train) and `data_seed + 1` (test)."""
+    from gradalign.training.data_cache import cached_data
+
+    key = ("local_data", dataset, n_train, n_test, data_seed, str(device))
+    return cached_data(key, lambda: _local_data(dataset, n_train, n_test, device, data_seed))
+
+
+def _local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int) -> LocalData:
+    from gradalign.data.image_sets import image_set_info, load_image_set, random_subset
+
+    info = image_set_info(dataset)
+    images, labels = random_subset(*load_image_set(dataset, "train"), n_train, data_seed)
+    test_images, test_labels = random_subset(*load_image_set(dataset, "test"), n_test, data_seed + 1)
+    test_x = normalise(test_images.float() / 255, info.mean, info.std)
+    return LocalData(
+        images.to(device), labels.to(device), test_x.to(device), test_labels.to(device), info.mean, info.std
+    )

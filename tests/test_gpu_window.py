@@ -1,0 +1,120 @@
+"""`gradalign gpu-window` end to end on the CPU (issue 26, item 4): a window stopped by its time box writes what it
+finished into at most 8 files, `gradalign import` checks and places them, and a second window, on a fresh machine
+that has only the imported results, continues where the first stopped and assembles the record.
+
+The backlog is sgr.fig2 at the `cpu` preset shrunk by overrides: 6 units (layer-wise and SGR, 3 seeds) of about
+half a second each on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gradalign import gpu_window as window_module
+from gradalign.cli import main
+from gradalign.errors import ConfigError
+from gradalign.gpu_import import import_window
+from gradalign.gpu_window import MAX_FILES, gpu_window
+from gradalign.results import ResultStore
+
+TINY = {"width": 0.0625, "n_train": 256, "n_test": 256, "seeds": 3, "protocol.epochs": 1, "protocol.batch_size": 64}
+BACKLOG = (("sgr.fig2", "cpu", TINY),)
+
+
+def _machine(monkeypatch, tmp_path, name: str):
+    """A machine: its checkout's results folder and its run cache."""
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / name / "results"))
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / name / "cache"))
+    return tmp_path / name / "results"
+
+
+def test_a_window_stopped_by_its_box_is_imported_and_the_next_window_continues(tmp_path, monkeypatch):
+    home = _machine(monkeypatch, tmp_path, "cpu")  # the CPU side's results (nothing yet)
+    _machine(monkeypatch, tmp_path, "gpu1")
+    opens = iter([True, True, True])  # the box closes after three units have begun
+    monkeypatch.setattr(window_module, "_box_open", lambda: next(opens, False))
+    first = gpu_window(5, tmp_path / "out1", BACKLOG, device="cpu", bench=False, echo=lambda _: None)
+    monkeypatch.setattr(window_module, "_box_open", lambda: True)
+    assert first.stopped.startswith("sgr.fig2 [cpu]") and first.left == ["sgr.fig2 [cpu]"]
+    assert first.tests["outcome"] == "skipped: no CUDA device" and not first.records
+    finished = [u for u in first.units if u["status"] == "finished"]
+    assert len(finished) == 3 and all(u["seconds"] > 0 and u["hardware"].startswith("CPU") for u in finished)
+    files = sorted(p.name for p in (tmp_path / "out1").iterdir())
+    assert len(files) <= MAX_FILES and "window.json" in files and "runs-1.json" in files
+
+    imported = import_window(tmp_path / "out1", home)
+    assert len(imported.added_runs) == 3 and not imported.added_records and not imported.refused
+    assert len(list((home / "runs").glob("*/*.json"))) == 3
+    assert import_window(tmp_path / "out1", home).unchanged == 3  # importing again adds nothing
+
+    _machine(monkeypatch, tmp_path, "gpu2")  # a fresh machine whose checkout carries the imported results
+    import shutil
+
+    shutil.copytree(home, tmp_path / "gpu2" / "results")
+    second = gpu_window(5, tmp_path / "out2", BACKLOG, device="cpu", bench=False, echo=lambda _: None)
+    assert not second.stopped and second.records and second.records[0].startswith("sgr.fig2 [cpu]")
+    statuses = [u["status"] for u in second.units]
+    assert statuses == ["committed before"] * 3 + ["finished"] * 3  # the first three were read, not trained
+    imported = import_window(tmp_path / "out2", home)
+    assert len(imported.added_runs) == 3 and imported.added_records == ["sgr.fig2 [cpu]"] and not imported.refused
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(home))
+    from gradalign.experiments import get
+
+    exp = get("sgr.fig2")
+    record = ResultStore(home).load("sgr.fig2", "cpu", exp.resolve("cpu", TINY).digest(exp.version), exp.version)
+    assert record is not None and sum(len(keys) for keys in record["provenance"]["runs"].values()) == 6
+
+
+def test_import_refuses_an_edited_entry_and_record(tmp_path, monkeypatch):
+    _machine(monkeypatch, tmp_path, "gpu")
+    gpu_window(5, tmp_path / "out", BACKLOG, device="cpu", bench=False, echo=lambda _: None)
+    runs = json.loads((tmp_path / "out" / "runs-1.json").read_text())
+    runs["runs"][0]["value"]["final_test_acc"] = 99.0
+    (tmp_path / "out" / "runs-1.json").write_text(json.dumps(runs))
+    records = json.loads((tmp_path / "out" / "records.json").read_text())
+    records["records"][0]["metrics"]["edited"] = True
+    (tmp_path / "out" / "records.json").write_text(json.dumps(records))
+    imported = import_window(tmp_path / "out", tmp_path / "home")
+    assert len(imported.added_runs) == 5 and not imported.added_records
+    assert any("digest" in why for why in imported.refused) and any("sgr.fig2" in why for why in imported.refused)
+    assert main(["import", str(tmp_path / "out"), "--results", str(tmp_path / "home2")]) == 1
+
+
+def test_a_real_time_box_stops_the_window_and_keeps_the_unit_resumable(tmp_path, monkeypatch):
+    """A real box of 3 s on runs of several seconds each: the window stops by it (before a unit begins, or in a
+    run's loop at a checkpoint), and commits only the units that finished."""
+    results = _machine(monkeypatch, tmp_path, "gpu")
+    backlog = (("sgr.fig2", "cpu", {**TINY, "n_train": 4096, "protocol.epochs": 30}),)
+    window = gpu_window(3 / 60, tmp_path / "out", backlog, device="cpu", bench=False, echo=lambda _: None)
+    assert "time box" in window.stopped and not window.records and len(window.units) < 6
+    committed = {p.stem for p in (results / "runs").glob("*/*.json")} if (results / "runs").exists() else set()
+    assert committed == {u["key"] for u in window.units if u["status"] == "finished"}
+
+
+def test_bad_window_arguments_are_refused(tmp_path):
+    with pytest.raises(ConfigError, match="time limit"):
+        gpu_window(0, tmp_path / "out", BACKLOG)
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        gpu_window(1, tmp_path / "file", BACKLOG)
+    with pytest.raises(ConfigError, match="not the folder a gpu-window wrote"):
+        import_window(tmp_path, tmp_path / "home")
+
+
+def test_the_window_imports_without_the_book_toolchain():
+    """The GPU machine has torch and no jupyter: the window's command line must not need papermill or jupyter."""
+    blocked = ["papermill", "jupyter_book", "nbformat", "nbclient", "ipykernel", "IPython", "jupyter_core"]
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "from gradalign.cli import main\n"
+        "import gradalign.gpu_window, gradalign.gpu_import, gradalign.runner, gradalign.bench\n"
+        "sys.exit(main(['gpu-window', '--help']))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--minutes" in done.stdout
