@@ -101,7 +101,7 @@ def test_run_and_bench_work_without_submitit_and_the_book_toolchain(tmp_path):
     code = (
         "import sys; sys.modules['submitit'] = None; from gradalign.cli import main; "
         "assert main(['run', 'lga.alg1', '--preset', 'smoke']) == 0; "
-        "assert main(['bench', 'sgr_memory', '--quick', '--device', 'cpu']) == 0; "
+        "assert main(['bench', 'sgr_step', '--quick', '--device', 'cpu']) == 0; "
         "bad = [m for m in ('papermill', 'jupyter_book', 'sphinx', 'nbformat', 'matplotlib') if m in sys.modules]; "
         "assert not bad, bad"
     )
