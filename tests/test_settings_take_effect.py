@@ -5,16 +5,21 @@ to another valid value and checks that either the run keys change (the keys of t
 experiment that stores its runs as units; else the record's config hash, which keys its one-piece computation)
 or the change is refused with "not used by this experiment" before any compute. A field whose change leaves the
 unit keys as they were would label a record with settings it did not run with.
+
+A one-piece experiment's key is its config hash, which every field changes; for those the computation is
+checked instead: run once at `smoke` on a config that records which fields are read, every field the run never
+reads must be refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 
 import pytest
 
-from gradalign.config import ConfigError, settings_fields
+from gradalign.config import ConfigError, Settings, settings_fields
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.units import UNITS, units_of
 
@@ -114,3 +119,48 @@ def test_every_setting_changes_the_run_keys_or_is_refused(element_id, monkeypatc
     ignored, tried = silently_ignored(exp)
     assert not ignored, f"{element_id}: changing these leaves its run keys as they were: {', '.join(ignored)}"
     assert tried >= len(settings_fields(exp.config)) // 2, f"{element_id}: only {tried} fields could be changed"
+
+
+def _traced(settings: Settings, read: set, prefix: str = "") -> Settings:
+    """A copy of `settings` (nested settings too) whose field reads are added to `read` as dotted names."""
+    values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+    values = {k: _traced(v, read, f"{prefix}{k}.") if isinstance(v, Settings) else v for k, v in values.items()}
+    instance = _tracing_class(type(settings))(**values)
+    object.__setattr__(instance, "_read", (read, prefix))
+    return instance
+
+
+@functools.cache
+def _tracing_class(cls: type) -> type:
+    names = {f.name for f in dataclasses.fields(cls)}
+
+    def __getattribute__(self, name):
+        if name in names and "_read" in object.__getattribute__(self, "__dict__"):
+            read, prefix = object.__getattribute__(self, "_read")
+            read.add(prefix + name)
+        return object.__getattribute__(self, name)
+
+    return dataclasses.dataclass(frozen=True)(type(cls.__name__, (cls,), {"__getattribute__": __getattribute__}))
+
+
+ONE_PIECE = sorted(
+    i for i, e in EXPERIMENTS.items() if i not in UNITS and "smoke" in e.presets and e.status != "not run here"
+)
+
+
+@pytest.mark.parametrize("element_id", ONE_PIECE)
+def test_a_one_piece_experiment_reads_every_setting_it_does_not_refuse(element_id, tmp_path, monkeypatch):
+    from gradalign.runtime import pin_threads, seed_everything
+
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))
+    exp = EXPERIMENTS[element_id]
+    cfg = exp.resolve("smoke")
+    read: set[str] = set()
+    traced = _traced(cfg, read)
+    read.clear()
+    pin_threads()
+    seed_everything(cfg.seed)
+    exp.run(traced, "cpu")
+    refused = set(exp.unused(cfg)) if exp.unused else set()
+    unread = [n for n in settings_fields(exp.config) if n not in read and n not in refused]
+    assert not unread, f"{element_id} never reads {', '.join(unread)}: refuse them or use them"

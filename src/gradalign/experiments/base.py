@@ -38,6 +38,11 @@ class Experiment:
         return cfg
 
 
+def never_used(why: str, *names: str) -> Callable[[Config], dict[str, str]]:
+    """`Experiment.unused` for fields of a shared config class that this experiment never reads (`why`)."""
+    return lambda cfg: dict.fromkeys(names, why)
+
+
 def same_as_cpu(cpu: dict, smoke: dict) -> dict[str, dict]:
     """Presets of an experiment whose paper setting runs in full on the CPU: gpu and paper equal cpu."""
     return {"smoke": smoke, "cpu": cpu, "gpu": cpu, "paper": cpu}

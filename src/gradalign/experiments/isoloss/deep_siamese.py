@@ -8,7 +8,7 @@ import torch
 
 from gradalign.config import Config, require
 from gradalign.data.image_sets import IMAGE_SETS
-from gradalign.experiments.base import Experiment, outcome, plural, scale_text
+from gradalign.experiments.base import Experiment, never_used, outcome, plural, scale_text
 from gradalign.experiments.rules import compare, summary
 from gradalign.training.siamese import SiameseSettings
 
@@ -172,6 +172,7 @@ def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
             }
     step = sorted(step_seconds)[len(step_seconds) // 2]
     metrics["step_seconds"] = step
+    metrics["train_seconds"] = sum(sum(r["epoch_seconds"]) for group in runs.values() for r in group)
     metrics["directpred_cost"] = directpred_cost(cfg.bench_dims, step, torch.device(device))
     checks = {}
     for name in cfg.datasets:
@@ -264,5 +265,13 @@ EXPERIMENTS = [
         "a 5,000-image subset, 16 epochs and 3 seeds",
         choices=TAB1_CHOICES,
         scale=table1_scale,
+        shares="the Siamese training runs stored once (run cache: isoloss.siamese)",
+        unused=never_used(
+            "each run of Table 1 sets its own loss, EMA, epochs (`epochs`, per data set) and seed (`seed`, `seeds`)",
+            "siamese.loss",
+            "siamese.ema",
+            "siamese.epochs",
+            "siamese.seed",
+        ),
     ),
 ]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from gradalign.config import Config, require
-from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
+from gradalign.experiments.base import Experiment, check, never_used, outcome, same_as_cpu
 
 NOTEBOOK = "notebooks/lga/01_linear_regression.ipynb"
 LAMBDAS = (0.25, 0.5, 1.0, 2.0, 4.0)
@@ -277,6 +277,7 @@ EXPERIMENTS = [
         ),
         1,
         NOTEBOOK,
+        unused=never_used("Proposition 1 compares closed forms at the last step only", "record_every"),
     ),
     Experiment(
         "lga.fig1",
@@ -312,5 +313,6 @@ EXPERIMENTS = [
         ),
         1,
         NOTEBOOK,
+        unused=never_used("the fixed points are studied on random problems of size m", "lambda_l", "lambda_u", "b"),
     ),
 ]

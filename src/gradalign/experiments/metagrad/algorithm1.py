@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from gradalign.config import Config, require
-from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
+from gradalign.experiments.base import Experiment, check, never_used, outcome, same_as_cpu
 from gradalign.experiments.exact import EXACT, EXACT_CHOICE, F64, log_slope, one_thread, rel_error
 
 NOTEBOOK = "notebooks/metagrad/01_theory.ipynb"
@@ -248,6 +248,7 @@ EXPERIMENTS = [
         same_as_cpu({}, {"draws": 4}),
         1,
         NOTEBOOK,
+        unused=never_used("the first-order gap is measured over `alphas` and `small_alphas`", "alpha"),
         choices={
             **EXACT_CHOICE,
             "problems": "tanh MLP 4 -> 8 -> 3, softmax outputs, KL labeled loss, MSE consistency (the paper's pair)",

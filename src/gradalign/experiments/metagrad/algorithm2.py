@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from gradalign.config import Config, require
-from gradalign.experiments.base import Experiment, check, outcome, same_as_cpu
+from gradalign.experiments.base import Experiment, check, never_used, outcome, same_as_cpu
 from gradalign.experiments.exact import EXACT, EXACT_CHOICE, F64, one_thread, rel_error
 
 NOTEBOOK = "notebooks/metagrad/02_algorithm2.ipynb"
@@ -345,6 +345,7 @@ EXPERIMENTS = [
         same_as_cpu({}, {}),
         1,
         NOTEBOOK,
+        unused=never_used("the architecture table draws nothing at random", "seed"),
         choices={"input": "32 x 32 x 3 as in Table 6; the 28 x 28 x 1 Fashion-MNIST variant is listed beside it"},
     ),
 ]
