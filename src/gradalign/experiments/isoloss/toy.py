@@ -162,13 +162,12 @@ def toy_dynamics(cfg: ToyConfig, device) -> dict:
             curves[f"{loss}_predicted"] = _nan_to_none(pred[keep].T)
     metrics["initial_eigenvalues"] = lam0.tolist()
     metrics["fixed_point"] = star
+    for name in ("L", "iso"):
+        metrics[f"{name}_steps_to_5pct"] = _steps_to_band(lam[name], star, 0.05)
     if cfg.activation == "relu":
         return outcome(relu_checks(curves, metrics, cfg.cap, cfg.sigma), metrics, curves)
     checks = _toy_checks(lam, runs["ws"][0].diverged_at, star, kappa, cfg.cap)
-    if cfg.activation == "linear":
-        checks.update(_prediction_checks(_prediction_gaps(cfg, lam, lam0), cfg.samples))
-    for name in ("L", "iso"):
-        metrics[f"{name}_steps_to_5pct"] = _steps_to_band(lam[name], star, 0.05)
+    checks.update(_prediction_checks(_prediction_gaps(cfg, lam, lam0), cfg.samples))
     return outcome(checks, metrics, curves)
 
 
