@@ -565,7 +565,7 @@ def test_check_functions_produce_the_experiments_names(exp_id):
 # experiments that run in well under a second once shrunk (their check names do not depend on the sizes);
 # isoloss.a1 is left out: its first torch.func call imports torch._dynamo (seconds)
 SHRUNK = {
-    "lga.prop1": {"steps": 200, "record_every": 10},
+    "lga.prop1": {"steps": 200},
     "lga.fig1": {"steps": 200, "record_every": 10},
     "lga.prop2-3": {"steps": 200, "record_every": 10},
     "lga.fig2": {},
