@@ -24,7 +24,7 @@ from gradalign.errors import ConfigError
 from gradalign.sizes import check_sizes
 
 PRESETS = ("smoke", "cpu", "gpu", "paper")
-"""smoke: seconds on two CPU cores (CI, nbval). cpu: <= ~10 min per notebook on two cores.
+"""smoke: seconds on two CPU cores (CI). cpu: <= ~10 min per notebook on two cores.
 gpu: <= ~30 min per experiment on one H100. paper: the published protocol."""
 
 PRESET_ORDER_FOR_BOOK = ("paper", "gpu", "cpu")

@@ -32,8 +32,8 @@ class Element:
 
 _TABLE = """
 lga.alg1 | Algorithm 1: LGA for classification (softmax) and regression (identity) | method | exact
-lga.prop1 | Proposition 1: c_{k,i} depends only on lambda^l_i, lambda^u_i | derivation + numeric check | exact
-lga.fig1 | Figure 1: c_{k,i} over training for a grid of lambda^l_i, lambda^u_i | figure | exact
+lga.prop1 | Proposition 1: cₖ,ᵢ depends only on λˡᵢ and λᵘᵢ | derivation + numeric check | exact
+lga.fig1 | Figure 1: cₖ,ᵢ over training for a grid of λˡᵢ, λᵘᵢ | figure | exact
 lga.prop2-3 | Propositions 2-3: fixed points equal the supervised optimum | derivation + numeric check | exact
 lga.fig2 | Figure 2: the synthetic shells data set | figure | exact
 lga.fig3 | Figure 3: alignment of updates with the principal Hessian eigenvector | figure | exact on GPU, fewer trials on CPU

@@ -8,12 +8,12 @@ from gradalign.config import check_preset
 
 
 def resolve_preset(preset: str) -> str:
-    """`$GRADALIGN_PRESET` overrides the notebook's parameter (nbval runs everything at `smoke`)."""
+    """`$GRADALIGN_PRESET` overrides the notebook's parameter (the test suite builds the book at `smoke`)."""
     return check_preset(os.environ.get("GRADALIGN_PRESET") or preset, allow_auto=True)
 
 
 def interactive_session() -> bool:
-    """False in batch runs (papermill, nbval): `GRADALIGN_BATCH=1`. Widgets are built only in live
+    """False in batch runs (papermill): `GRADALIGN_BATCH=1`. Widgets are built only in live
     sessions, because executing `ipywidgets.interact` under nbclient can deadlock (jupyter/nbclient#312)."""
     return os.environ.get("GRADALIGN_BATCH", "0") != "1"
 

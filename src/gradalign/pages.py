@@ -248,7 +248,7 @@ def how_to_run_markdown() -> str:
         "",
         "| preset | sized for |",
         "| --- | --- |",
-        "| `smoke` | seconds on two CPU cores: the same code path at tiny sizes (CI, nbval) |",
+        "| `smoke` | seconds on two CPU cores: the same code path at tiny sizes (CI) |",
         "| `cpu` | two CPU cores: exact analytic reproductions in minutes, reduced real-data runs up to an hour |",
         "| `gpu` | one H100, up to about 30 minutes per experiment: the papers' architectures, fewer steps or seeds |",
         "| `paper` | the published protocol: data set, architecture, iterations and seeds |",

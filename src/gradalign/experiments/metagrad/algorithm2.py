@@ -85,7 +85,7 @@ def alg2_checks(m: dict) -> dict[str, dict]:
             m["code_vs_eq11"] < EXACT,
             m["code_vs_eq11"],
             "α/B^u × the code's (f(θ+εg) − f(θ−εg))/ε vs Eq. 11 at the same ε: relative error < 1e-12",
-            "Algorithm 2 drops Eq. 11's α/B^u and takes β = α (PROTOCOLS.md)",
+            "Algorithm 2 drops Eq. 11's α/B^u and takes β = α (the authors' code; see What the papers leave out)",
         ),
         "difference_quotient_near_jvp": check(
             m["fd_error_at_paper_c"] < 0.1,
