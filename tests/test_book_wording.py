@@ -23,11 +23,6 @@ PAGES = [f"{entry}.html" for entry in toc_files(project_root())]
 # changing every record's code fingerprint (see tests/test_citations.py).
 CHECK_TEXT = "check texts of gradalign.experiments"
 PENDING = {
-    ("no_internal_wording", "book/how_to_run.html"): "gradalign.pages.how_to_run_markdown names nbval",
-    ("no_internal_wording", "notebooks/metagrad/02_algorithm2.html"): f"{CHECK_TEXT} (metagrad) cite PROTOCOLS.md",
-    ("no_internal_wording", "notebooks/metagrad/05_backbones.html"): "metagrad.tab2's note says 'nbval runs it'",
-    ("no_internal_wording", "book/report.html"): f"{CHECK_TEXT} (metagrad) cite PROTOCOLS.md",
-    ("no_raw_ascii_math_in_tables", "book/lga/intro.html"): "element titles of gradalign.elements (c_{k,i})",
     ("no_raw_ascii_math_in_tables", "book/report.html"): f"element titles and {CHECK_TEXT}",
     ("no_raw_ascii_math_in_tables", "notebooks/lga/01_linear_regression.html"): CHECK_TEXT,
     ("no_raw_ascii_math_in_tables", "notebooks/metagrad/01_theory.html"): CHECK_TEXT,
