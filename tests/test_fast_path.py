@@ -204,7 +204,9 @@ def test_isoloss_table1_stops_in_the_box_and_resumes_to_the_uninterrupted_record
     resumed = exp.run(cfg, "cpu")
 
     def numbers(result):  # what training computed; timings (step seconds, DirectPred's cost) differ between runs
-        return {k: v for k, v in result["metrics"].items() if k not in ("step_seconds", "directpred_cost")}
+        return {
+            k: v for k, v in result["metrics"].items() if k not in ("step_seconds", "directpred_cost", "train_seconds")
+        }
 
     assert numbers(resumed) == numbers(whole) and resumed["curves"] == whole["curves"]
     assert resumed["checks"] == whole["checks"]

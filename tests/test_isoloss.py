@@ -149,14 +149,21 @@ def test_figure2_claims_hold_at_smoke():
 
 
 def test_figure3_relu_claims_that_hold_at_smoke():
-    """ReLU network: divergence under L_ws, L moves every mode towards 1, IsoLoss converges and is more
-    uniform. (Full collapse under L_noSG and of the small L_ws modes does not happen within the
-    protocol's steps; the book reports it.)"""
+    """ReLU network at smoke (300 steps): every panel's claim of Figure 3 over that horizon: collapse under
+    L_noSG still under way, divergence above 1 and collapse below under L_ws, L more isotropic, IsoLoss converges
+    at more uniform rates. (The cpu preset runs until the dynamics settle; the book reports that.)"""
     from gradalign.experiments import get
 
     exp = get("isoloss.fig3")
     out = exp.run(exp.resolve("smoke"), None)
-    for name in ("ws_diverges_above_1", "L_moves_every_mode_to_fixed_point", "iso_converges", "iso_more_uniform"):
+    for name in (
+        "noSG_collapses",
+        "ws_diverges_above_1",
+        "ws_collapses_below_1",
+        "L_more_isotropic",
+        "iso_converges",
+        "iso_more_uniform",
+    ):
         assert out["checks"][name]["passed"], (name, out["checks"][name]["value"])
     lam0 = torch.tensor(out["metrics"]["initial_eigenvalues"])
     assert (torch.tensor(out["metrics"]["noSG_final_eigenvalues"]) < lam0).all()  # every mode shrinks without SG
