@@ -154,7 +154,7 @@ def run_under_torchrun(element_id: str, settings: dict, tmp_path: Path) -> tuple
     env = {"OMP_NUM_THREADS": "1", "GRADALIGN_PROGRESS": "0", "GRADALIGN_CACHE": str(cache)}
     done = torchrun(["-m", "gradalign", "run", element_id, "--preset", "paper", *sets, "--results", str(results)], env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    records = list(results.rglob("*.json"))
+    records = [p for p in results.rglob("*.json") if p.relative_to(results).parts[0] != "runs"]  # runs: committed
     assert len(records) == 1  # rank 0 alone stores it
     assert not list(cache.rglob("*.pt*"))  # no checkpoint or scratch copy left behind
     return json.loads(records[0].read_text()), cache / "runs"
