@@ -1,4 +1,4 @@
-"""Every element of the four papers (ids of REPRODUCE.md), and whether the book has built it yet.
+"""Every element of the four papers (the element table below), and whether the book has built it yet.
 
 An element is built when an experiment is registered for it in `gradalign.experiments`; `partial`
 means registered but not yet in every form the element names (`runner.element_status`).
@@ -23,7 +23,7 @@ class Element:
     id: str
     title: str
     kind: str
-    scope: str  # what REPRODUCE.md says can be done here
+    scope: str  # what can be done here
 
     @property
     def part(self) -> str:

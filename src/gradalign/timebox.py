@@ -1,7 +1,7 @@
 """A time box for one command: `gradalign run <id> --time-limit MINUTES`.
 
-GPU time comes in short commands (DESIGN.md, presets: a `gpu` experiment runs in resumable chunks of at most
-8 minutes). Inside a box, every training run on the one loop (`training.loop`) reads the seconds left: it does
+GPU time comes in short commands (book/appendix/design.md, presets: a `gpu` experiment runs in resumable chunks of at
+most 8 minutes). Inside a box, every training run on the one loop (`training.loop`) reads the seconds left: it does
 not begin once the box has closed, and a checkpointed run stops after the evaluation (or checkpoint) where
 another window would overrun, with its checkpoint written; the run then raises `TimeBoxSpent`, so that nothing
 incomplete is cached or recorded. Runs already finished are in the run cache. The same command, run again,

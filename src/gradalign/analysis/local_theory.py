@@ -101,8 +101,8 @@ def _ce(head: nn.Module, y: torch.Tensor, weight: float | torch.Tensor = 1.0):
 
 
 def algorithm1_pass(blocks, heads, optimizers, x0, y, lam: float, reduction: str) -> list:
-    """One iteration of Algorithm 1 with δ stored at every module (PROTOCOLS.md): module k steps at once on
-    L_k + λ L_k^SGR (Eq. 5) and passes on its output computed before the step, detached."""
+    """One iteration of Algorithm 1 with δ stored at every module (book/appendix/protocols.md): module k steps at
+    once on L_k + λ L_k^SGR (Eq. 5) and passes on its output computed before the step, detached."""
     x, delta, steps = x0, None, []
     for block, head, optimizer in zip(blocks, heads, optimizers):
         objective, step = module_step(block, _ce(head, y), x, delta, lam, reduction)

@@ -1,4 +1,4 @@
-"""The toy Siamese networks of Figures 2-3 (Halvagal et al. 2022; protocol in PROTOCOLS.md).
+"""The toy Siamese networks of Figures 2-3 (Halvagal et al. 2022; protocol in book/appendix/protocols.md).
 
 One layer z = act(W x), act = identity (Figure 2) or ReLU (Figure 3), x ~ N(0, I_N), views
 x + σε, x + σε′. Each step draws `samples` fresh inputs and takes a gradient step on the batch mean

@@ -137,7 +137,7 @@ class RankStream:
 
 def class_balanced_split(targets: list[int], fraction: float, seed: int) -> tuple[list[int], list[int]]:
     """(labeled, unlabeled) indices: `fraction` of each class's images (rounded, at least one) drawn with `seed`,
-    the rest unlabeled; disjoint, as SemiMeta's code splits (PROTOCOLS.md)."""
+    the rest unlabeled; disjoint, as SemiMeta's code splits (book/appendix/protocols.md)."""
     if not 0 < fraction < 1:
         raise ConfigError(f"the labeled fraction must be in (0, 1); got {fraction}")
     by_class: dict[int, list[int]] = {}

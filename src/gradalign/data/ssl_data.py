@@ -1,6 +1,6 @@
 """The data of one semi-supervised run: split, preprocessed and resident on the training device.
 
-Oliver et al.'s protocol (PROTOCOLS.md): a seeded validation split, class-balanced labeled images, an
+Oliver et al.'s protocol (book/appendix/protocols.md): a seeded validation split, class-balanced labeled images, an
 unlabeled stream that includes the labeled images. Preprocessing: CIFAR per-image global contrast
 normalisation then ZCA fitted on the training images; SVHN, and Fashion-MNIST (our choice, the LGA
 paper does not say), scaled to [−1, 1]. `n_pool` < all: the unlabeled pool is the labeled images plus a

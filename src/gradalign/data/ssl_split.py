@@ -1,4 +1,4 @@
-"""Semi-supervised splits on the protocol of Oliver et al. (2018) (PROTOCOLS.md).
+"""Semi-supervised splits on the protocol of Oliver et al. (2018) (book/appendix/protocols.md).
 
 A seeded permutation of the training split gives the validation set (5,000 images for CIFAR, 7,326
 for SVHN); from the rest, `n_labeled / classes` images per class are labeled; the unlabeled stream is

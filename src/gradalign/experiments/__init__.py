@@ -1,4 +1,4 @@
-"""Registered experiments, keyed by the element ids of REPRODUCE.md.
+"""Registered experiments, keyed by the element ids of gradalign.elements.
 
 An experiment is a function `run(config, device) -> outcome` plus its config class, its presets and a
 version number bumped by hand whenever the meaning of its output changes (old records then stop
@@ -17,7 +17,7 @@ def _collect() -> dict[str, Experiment]:
 
     experiments = {}
     for exp in lga.EXPERIMENTS + metagrad.EXPERIMENTS + isoloss.EXPERIMENTS + sgr.EXPERIMENTS:
-        element(exp.id)  # every experiment belongs to a REPRODUCE.md element
+        element(exp.id)  # every experiment belongs to an element of gradalign.elements
         experiments[exp.id] = exp
     return experiments
 

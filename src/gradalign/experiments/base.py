@@ -73,7 +73,7 @@ def outcome(
     """Bundle an experiment's results; the verdict follows from the checks and the scope, never typed in.
 
     `checks` test the paper's claims; `targets` (same form) test the project's own goals, such as a speed
-    ratio, and are shown as benchmark results apart from the verdict (DESIGN.md, "A verdict").
+    ratio, and are shown as benchmark results apart from the verdict (book/appendix/design.md, "A verdict").
     No checks is no verdict: a ConfigError (the settings left nothing to compare, e.g. a method list without
     the methods the claims compare), so that no record claims one.
     """

@@ -31,7 +31,7 @@ equals its code's v ← μv + ηΔW/N, W ← W + v at a constant η). PEPITA has
 Σ_n δ_l (our choice).
 
 We compute every rule explicitly, with no tensor hooks: a hooked tensor that does not require grad falls back
-silently to BP, and torch.autograd.grad does not call hooks on an input tensor (PROTOCOLS.md).
+silently to BP, and torch.autograd.grad does not call hooks on an input tensor (book/appendix/protocols.md).
 
 Table 1's attributes are declared in `ATTRIBUTES`; `measured_attributes` derives two of them from a rule's code.
 """

@@ -2,7 +2,7 @@
 
 Oliver et al., "Realistic Evaluation of Deep Semi-Supervised Learning Algorithms" (NeurIPS 2018),
 code `brain-research/realistic-ssl-evaluation` (lib/ssl_utils.py, lib/ssl_framework.py,
-third_party/vat/vat_utils.py); facts in PROTOCOLS.md, section LGA.
+third_party/vat/vat_utils.py); facts in book/appendix/protocols.md, section LGA.
 
 - Π-Model and Mean Teacher: mean over classes of the squared difference of softmaxes (`softmax_mse`).
 - EntMin (Grandvalet & Bengio 2005): Shannon entropy of the prediction (`entropy`).
@@ -154,7 +154,7 @@ def vat_loss(
 ) -> tuple[Tensor, Tensor]:
     """(per-example KL(p_perturbed ‖ p_clean) (B,), perturbed logits (B, K)).
 
-    Oliver et al.'s direction (PROTOCOLS.md: "KL(p_perturbed ‖ p_clean) (the authors found this
+    Oliver et al.'s direction (book/appendix/protocols.md: "KL(p_perturbed ‖ p_clean) (the authors found this
     direction worked better)"), p_clean a constant; the gradient reaches the model through the
     perturbed pass, which also runs inside `frozen_bn_stats`. VAT+EntMin adds
     0.1 · entropy(perturbed logits). See `vat_perturbation` for the arguments.

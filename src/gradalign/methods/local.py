@@ -20,11 +20,11 @@ and `LOCAL_METHODS` maps each method to its step (a dict, no branching on names)
 | `dgl`       | L_k through DGL's 2-conv head     | at once              | x_k before the step, detached  |
 | `infopro`   | w_ce·CE + w_rec·BCE (`infopro`)   | all, after the pass  | x_k, detached                  |
 
-`layerwise` is the non-greedy order of DGL and of SGR's Algorithm 1 (PROTOCOLS.md, "Update order").
+`layerwise` is the non-greedy order of DGL and of SGR's Algorithm 1 (book/appendix/protocols.md, "Update order").
 `greedy` is built as InfoPro's "Greedy SL" (every module at once with a GAP + linear head, '0c1f'), not
 Belilovsky et al.'s sequential greedy training (which trains module 1 to the end before module 2 starts):
-SGR's Greedy numbers sit close to InfoPro's Greedy SL (PROTOCOLS.md). InfoPro steps every module once after
-the whole forward pass; since every module's gradient depends only on the values before any step (inputs
+SGR's Greedy numbers sit close to InfoPro's Greedy SL (book/appendix/protocols.md). InfoPro steps every module once
+after the whole forward pass; since every module's gradient depends only on the values before any step (inputs
 are detached), this gives the same update as the layer-wise order, only scheduled differently.
 
 Diagnostics, every method: the final loss and batch accuracy; each module's local CE `local_loss_k`

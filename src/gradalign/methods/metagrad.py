@@ -130,7 +130,7 @@ def coded_pseudo_labels(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Algorithm 2's pseudo labels as `train_meta.py` computes them (model in eval mode: pass the running
     statistics to `classifier`): ŷ = renormalised(ỹ − lr · (f(θ + εg) − f(θ − εg)) / ε), ε = c/‖g‖, g the gradient
-    of the mean labeled cross entropy. The code drops Eq. 11's α/B^u and takes β = α = lr (PROTOCOLS.md).
+    of the mean labeled cross entropy. The code drops Eq. 11's α/B^u and takes β = α = lr (book/appendix/protocols.md).
     `form="jvp"` replaces the difference quotient by its limit 2 J_θ f · g. Returns (ŷ, the raw ∇ỹ)."""
     if form not in ("fd", "jvp"):
         raise ValueError(f"form must be 'fd' or 'jvp', got {form!r}")

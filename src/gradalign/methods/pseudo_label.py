@@ -18,7 +18,7 @@ from gradalign.methods.semi_supervised import clean_pass, descend, oliver_object
 
 @dataclass(frozen=True)
 class PseudoLabelSettings(Settings):
-    """Oliver et al.'s tuned values (PROTOCOLS.md)."""
+    """Oliver et al.'s tuned values (book/appendix/protocols.md)."""
 
     lr: float = 3e-4
     weight: float = 1.0

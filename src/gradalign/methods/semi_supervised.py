@@ -1,4 +1,4 @@
-"""The objective every loss-based method of LGA's benchmark shares (Oliver et al. 2018, PROTOCOLS.md):
+"""The objective every loss-based method of LGA's benchmark shares (Oliver et al. 2018, book/appendix/protocols.md):
 
     loss = Σ_ℓ CE(x_ℓ, y_ℓ) / B + weight · ramp(t) · Σ_u term_u / B,   B = B_ℓ + B_u,
 

@@ -1,5 +1,5 @@
 """One training step of SemiMeta (Zhang et al. 2020, Algorithm 2) and the rows of its ablation (Table 4), as the
-official `train_meta.py` codes them (PROTOCOLS.md):
+official `train_meta.py` codes them (book/appendix/protocols.md):
 
 1. labeled only: the mean cross entropy of the labeled batch;
 2. meta only: labeled CE + weight · (1/B) Σ ‖f(x^u) − ŷ‖², ŷ the meta pseudo labels;

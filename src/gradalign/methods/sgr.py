@@ -9,7 +9,7 @@ Module k is trained on its own local loss L_k plus λ·L_k^SGR (Eq. 5), where (E
 the gradient the previous module's local loss had at its output, stored when module k−1 was trained.
 Algorithm 1 flattens both per sample, divides each by its l2 norm and compares them with
 `nn.MSELoss()` (the mean over batch × features); the printed pseudocode stores δ only at the first
-module, the text of §3.2 at every module, which is what `module_step` does (PROTOCOLS.md).
+module, the text of §3.2 at every module, which is what `module_step` does (book/appendix/protocols.md).
 
 The reduction sets the scale of λ: with `"mean"` (Algorithm 1) the term is at most 4/D per sample for
 D features; `"sum"` sums over features (mean over the batch), which is D times larger.

@@ -1,6 +1,6 @@
 """Conv-Large (Zhang et al. 2020, Table 6; Laine & Aila 2017; Tarvainen & Valpola 2017), as `SemiMeta`'s
-`model.py` builds it (PROTOCOLS.md): every convolution without bias, followed by BatchNorm and leaky ReLU 0.1;
-Dropout2d(0.5) after each max pooling; no Gaussian input noise.
+`model.py` builds it (book/appendix/protocols.md): every convolution without bias, followed by BatchNorm and leaky
+ReLU 0.1; Dropout2d(0.5) after each max pooling; no Gaussian input noise.
 
     3 × conv3×3 128 (pad 1) → maxpool 2 → Dropout2d 0.5
     3 × conv3×3 256 (pad 1) → maxpool 2 → Dropout2d 0.5

@@ -1,7 +1,7 @@
 """The fixed simplex-ETF classifier head (Yang et al. 2024, Eq. 7), never trained.
 
 M = sqrt(K/(K−1)) · P (I_K − 1 1ᵀ/K), with P ∈ R^{d×K} having orthonormal columns (from the QR of a
-random Gaussian d×K matrix, as in the same group's code; PROTOCOLS.md). Its columns m_k have unit norm
+random Gaussian d×K matrix, as in the same group's code; book/appendix/protocols.md). Its columns m_k have unit norm
 and pairwise cosine −1/(K−1): the K class vectors of a regular simplex. It needs d ≥ K. The logits of
 a feature x are xᵀM (one per class).
 """

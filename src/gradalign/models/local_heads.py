@@ -1,7 +1,7 @@
 """Local classifier heads (and InfoPro's decoder) put on a module's output of C channels.
 
 Local learning (Yang et al. 2024, §3 and App. E) trains each module through a small head of its own.
-The readings here (PROTOCOLS.md, "SGR: more facts"):
+The readings here (book/appendix/protocols.md, "SGR: more facts"):
 
 - `belilovsky_head`: what SGR says it uses on CIFAR ("following Belilovsky et al. 2019, k = 2": one
   convolution and one linear layer): conv3×3 C → C stride 1, BN, ReLU, adaptive average pool to 2×2,

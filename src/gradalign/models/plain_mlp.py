@@ -5,8 +5,8 @@ transformation and one nonlinearity, every block a local module with a fixed ETF
 
 With a parameter-free head the gradient at a block's output is analytic, δx_l = (softmax(x_l M_l) − y) M_lᵀ / B,
 so nothing back-propagates across blocks. The paper states neither the depth nor the width of its BP-free
-PlainNet, nor whether its blocks are convolutions (PROTOCOLS.md). Ours: fully connected blocks, so that the
-same network serves the FA, DFA, DRTP and PEPITA baselines, at width 1024 × `width` (1,024 is PEPITA's hidden
+PlainNet, nor whether its blocks are convolutions (book/appendix/protocols.md). Ours: fully connected blocks, so that
+the same network serves the FA, DFA, DRTP and PEPITA baselines, at width 1024 × `width` (1,024 is PEPITA's hidden
 width on CIFAR-10), each block a Linear with bias, then ReLU, no BN. An ETF over 100 classes needs w ≥ 100.
 The network's own classifier is the last block's ETF: `head`, never trained.
 """

@@ -11,10 +11,10 @@ SGR's Table 6 compares with; elsewhere the identity. (He et al.'s option A, zero
 2,752 parameters of 0.467 M.) Initialisation as there: convolutions normal(0, sqrt(2 / (k²·C_out))),
 BN weight 1 and bias 0, the linear layer PyTorch's default.
 
-PlainNet (SGR, Table 3; PROTOCOLS.md) is the same network without identity connections: each block is
+PlainNet (SGR, Table 3; book/appendix/protocols.md) is the same network without identity connections: each block is
 conv3×3-BN-ReLU twice, no shortcut of any kind.
 
-Local splits (App. E; PROTOCOLS.md "Splits of ResNet-32"), for n blocks per stage:
+Local splits (App. E; book/appendix/protocols.md "Splits of ResNet-32"), for n blocks per stage:
   K = 3n + 1 (16 for ResNet-32): the stem and each block are modules;
   K = 3: by spatial resolution: stem + stage 1 (32 px) | stage 2 (16 px) | stage 3 (8 px);
   K = 2: stem + stages 1–2 | stage 3 (the last stage, 8×8, is the second module);

@@ -1,5 +1,5 @@
 """ResNet-26 2×96d with shake-shake regularisation (Gastaldi 2017), the backbone of Zhang et al. (2020)
-Table 2, as Mean Teacher's `cifar_shakeshake26` builds it (PROTOCOLS.md):
+Table 2, as Mean Teacher's `cifar_shakeshake26` builds it (book/appendix/protocols.md):
 
     stem conv3×3 in → 16 (no bias, no BN, no ReLU)
     3 stages of 4 blocks, widths 96 / 192 / 384 (strides 1, 2, 2)

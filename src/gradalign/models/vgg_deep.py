@@ -1,6 +1,6 @@
 """The VGG family of Table 7 (Yang et al. 2024): depth d ∈ {12, 17, 27, 37, 47, 57} on CIFAR-10.
 
-The paper gives no configuration (PROTOCOLS.md, "Table 7's VGG ... not given"). Our choice:
+The paper gives no configuration (book/appendix/protocols.md, "Table 7's VGG ... not given"). Our choice:
 
 - d weight layers = (d − 2) conv3×3 layers + 2 linear layers. The convs are split evenly over VGG's five
   stages of widths 64, 128, 256, 512, 512 (times `width`): (d − 2)/5 = 2, 3, 5, 7, 9, 11 convs per stage for

@@ -1,6 +1,6 @@
 """WRN-28-2 as in Oliver et al. (2018), "Realistic Evaluation of Deep SSL" (the LGA benchmark, §4).
 
-Facts from their public code (PROTOCOLS.md): a 3×3 stem to 16 channels; three stages of 4
+Facts from their public code (book/appendix/protocols.md): a 3×3 stem to 16 channels; three stages of 4
 pre-activation residual units with widths 32, 64, 128 (strides 1, 2, 2); in the first unit of the
 first stage the BN + leaky ReLU is applied before the shortcut branches off ("activate before
 residual"); a 1×1 convolution shortcut only where the channel count changes; leaky ReLU slope 0.1;

@@ -1,4 +1,5 @@
-"""The fast path of a training step (DESIGN.md, Performance): three switches on top of the fp32 eager reference.
+"""The fast path of a training step (book/appendix/design.md, Performance): three switches on top of the fp32 eager
+reference.
 
 - `bf16`: the step runs under `torch.autocast(dtype=torch.bfloat16)`: matrix products and convolutions in
   bfloat16, softmax, losses and reductions in float32 (autocast's own op lists decide); parameters, optimizer

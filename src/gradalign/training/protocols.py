@@ -1,5 +1,5 @@
 """Benchmark protocols as values: the optimizer, learning-rate schedule, consistency ramp and batch
-sizes a semi-supervised run follows. Oliver et al.'s (2018) is LGA's (PROTOCOLS.md); SemiMeta's and
+sizes a semi-supervised run follows. Oliver et al.'s (2018) is LGA's (book/appendix/protocols.md); SemiMeta's and
 SGR's come with their parts and give the same three methods (`optimizer`, `lr_factor`, `ramp`)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Semi-supervised training with meta-gradient pseudo labels on the one loop: SemiMeta's protocol (Zhang et
-al. 2020, App. C; the official `train_meta.py`, PROTOCOLS.md).
+al. 2020, App. C; the official `train_meta.py`, book/appendix/protocols.md).
 
 - Data: a class-balanced labeled set and a *disjoint* unlabeled set, drawn with the run's data seed; per-channel
   mean/std normalisation (no ZCA); random crop with zero padding 4, plus a horizontal flip except on SVHN (kept

@@ -20,7 +20,7 @@ NB_TOY = "notebooks/isoloss/02_toy_dynamics.ipynb"
 
 @dataclass(frozen=True)
 class ToyConfig(Config):
-    """Protocol of the authors' toy code (PROTOCOLS.md): α = 1, σ = 0.1, lr 1e-2, 1,500 steps, 50,000
+    """Protocol of the authors' toy code (book/appendix/protocols.md): α = 1, σ = 0.1, lr 1e-2, 1,500 steps, 50,000
     fresh samples per step, W₀ = randn/4; eigenvalue panels N = 15, M = 10; update panels N = 6, M = 2
     with the 20 highest-norm of 5,000 fixed inputs."""
 
@@ -366,7 +366,7 @@ TOY_CHOICES = {
     "arrows": "update panels: displacement of 150 random inputs over the first 100 steps (arrows) and "
     "the trajectories of the 20 highest-norm of 5,000 inputs (the paper does not say how its arrows are made)",
     "divergence": "a run stops when an eigenvalue exceeds 1e6 (L_ws diverges in finite time)",
-    "views": "both views are noisy, x + 0.1 eps and x + 0.1 eps' (PROTOCOLS.md), so L and L_iso settle at "
+    "views": "both views are noisy, x + 0.1 eps and x + 0.1 eps' (What the papers leave out), so L and L_iso settle at "
     "lambda* = 1/(1 + sigma^2) = 0.990 rather than exactly 1",
     "samples": "float32 samples, float64 weights and eigenvalues",
 }

@@ -2,7 +2,7 @@
 
 All four run in float64 on the CPU whatever the device: the problems have at most a few dozen
 parameters, where a GPU only adds latency. The `gpu` and `paper` presets equal `cpu`: the paper's own
-setting runs here in full ("exact" in REPRODUCE.md).
+setting runs here in full ("exact" in gradalign.elements).
 """
 
 from __future__ import annotations

@@ -4,11 +4,11 @@ CIFAR-10 and CIFAR-100) and Table 3 (ResNet-18 on ImageNet with 10 % labels). Ne
 - `metagrad.tab2` is Table 1's comparison (`benchmark.against_labeled_only`) with the shake-shake network
   (`models.shake_shake`): a runnable experiment at every preset, but a 26.2M-parameter network trained for
   400,000 steps of 128 + 128 images per column is GPU-days, so no record is stored from this machine. `cpu`
-  and `gpu` are the reduced variant on Fashion-MNIST that REPRODUCE.md calls optional: one Algorithm 2 step of
+  and `gpu` are the reduced variant on Fashion-MNIST that the element table calls optional: one Algorithm 2 step of
   the shake-shake network ×0.125 took 5.7× Conv-Large ×0.125's here (1.8 s against 0.32 s at 32 + 32 images on
   one thread, measured once), so `cpu`'s 6 runs of 2,000 steps would take about 6 hours on this machine.
-- `metagrad.tab3` declares the ImageNet protocol of App. C and the code (PROTOCOLS.md) as a validated config.
-  It needs ImageNet (1.28M images, streamed from disk) and was run on 8 GPUs for 600 epochs: where the files
+- `metagrad.tab3` declares the ImageNet protocol of App. C and the code (book/appendix/protocols.md) as a validated
+  config. It needs ImageNet (1.28M images, streamed from disk) and was run on 8 GPUs for 600 epochs: where the files
   are, it trains its columns data-parallel under torchrun (`imagenet_runs`); without them it raises
   `NotRunHereError` before any compute.
 """
@@ -124,7 +124,8 @@ EXPERIMENTS = [
         "cpu/gpu presets (Fashion-MNIST, narrower network, fewer steps) are defined but not run yet",
         choices={
             **CHOICES,
-            "model": "Mean Teacher's cifar_shakeshake26 (PROTOCOLS.md); global average pooling (AvgPool2d(8) on "
+            "model": "Mean Teacher's cifar_shakeshake26 (What the papers leave out); global average pooling "
+            "(AvgPool2d(8) on "
             "32x32); eval-mode gate 0.5 in both directions",
         },
         scale=ssl_scale,
