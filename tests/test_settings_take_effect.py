@@ -112,11 +112,17 @@ def silently_ignored(exp) -> tuple[list[str], int]:
     return ignored, tried
 
 
+RECORD_LEVEL = {"isoloss.tab1": {"bench_dims"}}
+"""Fields of experiments with units that the record computes with itself, beside its units (the DirectPred cost
+sweep): they change the record's hash and computation, not the units' keys. Each is checked to be read."""
+
+
 @pytest.mark.parametrize("element_id", sorted(EXPERIMENTS))
 def test_every_setting_changes_the_run_keys_or_is_refused(element_id, monkeypatch, tmp_path):
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))
     exp = EXPERIMENTS[element_id]
     ignored, tried = silently_ignored(exp)
+    ignored = [i for i in ignored if i.split(" ")[0] not in RECORD_LEVEL.get(element_id, set())]
     assert not ignored, f"{element_id}: changing these leaves its run keys as they were: {', '.join(ignored)}"
     assert tried >= len(settings_fields(exp.config)) // 2, f"{element_id}: only {tried} fields could be changed"
 
@@ -146,10 +152,12 @@ def _tracing_class(cls: type) -> type:
 ONE_PIECE = sorted(
     i for i, e in EXPERIMENTS.items() if i not in UNITS and "smoke" in e.presets and e.status != "not run here"
 )
+TRACED = ONE_PIECE + sorted(RECORD_LEVEL)
 
 
-@pytest.mark.parametrize("element_id", ONE_PIECE)
+@pytest.mark.parametrize("element_id", TRACED)
 def test_a_one_piece_experiment_reads_every_setting_it_does_not_refuse(element_id, tmp_path, monkeypatch):
+    """(and an experiment with units reads its record-level fields)"""
     from gradalign.runtime import pin_threads, seed_everything
 
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))

@@ -68,7 +68,7 @@ def test_units_keep_the_keys_of_the_stored_runs():
     assert {"lga.fig3", "lga.fig4", "lga.fig5", "lga.fig6", "lga.fig7", "lga.tab1"} <= set(UNITS)
 
 
-@pytest.mark.parametrize("element_id", ["metagrad.tab1", "sgr.fig2", "sgr.tab4"])
+@pytest.mark.parametrize("element_id", ["metagrad.tab1", "sgr.fig2", "sgr.tab4", "isoloss.tab1"])
 def test_every_part_stores_exactly_its_units(element_id, tmp_path, monkeypatch, one_thread):
     """Run at smoke in a fresh cache, an experiment of each part with training runs stores exactly the entries its
     units name (issue 26, item 3): `sweep` covers metagrad's and SGR's runs as it covers LGA's."""

@@ -67,6 +67,12 @@ def _table4_runs(cfg: Config) -> list[Unit]:
     return table4_units(cfg)
 
 
+def _siamese_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.isoloss.deep_siamese import siamese_units
+
+    return siamese_units(cfg)
+
+
 UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "lga.fig3": _shells_trials,
     "lga.fig4": _shells_trials,
@@ -82,6 +88,7 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "sgr.tab6": _local_runs("table6_jobs"),
     "sgr.tab7": _local_runs("table7_jobs"),
     "sgr.tab4": _table4_runs,
+    "isoloss.tab1": _siamese_runs,
     **{element_id: _local_runs("figure_jobs") for element_id in ("sgr.fig2", "sgr.fig3", "sgr.fig4")},
 }
 """Element id -> its units at a resolved config, for the experiments that have independent units."""

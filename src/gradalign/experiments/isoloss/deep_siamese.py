@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -116,46 +117,69 @@ def siamese_checks(name: str, probe: dict) -> dict[str, dict]:
     }
 
 
+def siamese_unit(cfg: DeepSiameseConfig, name: str, loss: str, ema: bool, epochs: int, seed: int, device=None):
+    """One pre-training run and its readout as a run-cache unit (kind `isoloss.siamese`): what Table 1 reads
+    back, and what `gradalign sweep` computes as a job of its own. `device`: where it trains (None: chosen where
+    it runs); its kind is in the key."""
+    from gradalign.run_unit import Unit
+    from gradalign.runtime import select_device
+
+    settings = cfg.settings(loss, ema, epochs, seed)
+    device = select_device() if device is None else device
+    spec = {
+        "dataset": name,
+        "train_subset": cfg.train_subset,
+        "test_subset": cfg.test_subset,
+        "data_seed": cfg.seed,
+        "settings": settings.to_dict(),
+        "device": torch.device(device).type,
+    }
+    label = f"{name} {loss} {'EMA' if ema else 'no EMA'} (seed {seed})"
+    return Unit(label, "isoloss.siamese", spec, RUN_VERSION, functools.partial(_train, cfg, name, settings, device))
+
+
+def _train(cfg: DeepSiameseConfig, name: str, settings: SiameseSettings, device, checkpoint) -> dict:
+    """The run itself, resuming from `checkpoint` (a module-level function: a sweep's job receives it pickled)."""
+    from gradalign.data.image_sets import load_pretraining_data
+    from gradalign.timebox import TimeBoxSpent, raise_if_spent, seconds_left
+    from gradalign.training.data_cache import cached_data
+    from gradalign.training.siamese import train_siamese
+
+    what = f"{name} {settings.loss} {'EMA' if settings.ema else 'no EMA'} (seed {settings.seed})"
+    raise_if_spent(f"{what} could begin")
+    key = ("isoloss.siamese", name, cfg.train_subset, cfg.test_subset, cfg.seed)
+    data = cached_data(key, lambda: load_pretraining_data(name, cfg.train_subset, cfg.test_subset, cfg.seed))
+    out = train_siamese(*data, settings, device, checkpoint=checkpoint, time_limit_s=seconds_left())
+    if not out["complete"]:  # the command's time box (`timebox`): nothing incomplete is cached
+        raise TimeBoxSpent(
+            f"time box: {what} stopped after epoch {out['epochs_done']} of {settings.epochs}, "
+            "checkpointed; run the same command again to resume"
+        )
+    return out
+
+
+def siamese_units(cfg: DeepSiameseConfig, device=None) -> list:
+    """Every run of Table 1, in the order it reads them."""
+    return [
+        siamese_unit(cfg, name, loss, ema, epochs, seed, device)
+        for name, epochs in zip(cfg.datasets, cfg.epochs)
+        for loss, ema in VARIANTS
+        for seed in range(cfg.seed, cfg.seed + cfg.seeds)
+    ]
+
+
 def deep_siamese(cfg: DeepSiameseConfig, device) -> dict:
     """Table 1: linear readout accuracy for L and L_iso, with and without the EMA target."""
     from gradalign.benchmarks.directpred import directpred_cost
-    from gradalign.data.image_sets import load_pretraining_data
-    from gradalign.runcache import cached_run
-    from gradalign.timebox import TimeBoxSpent, raise_if_spent, seconds_left
-    from gradalign.training.siamese import train_siamese
 
-    runs, metrics, curves, step_seconds, data = {}, {}, {}, [], {}
+    runs, metrics, curves, step_seconds = {}, {}, {}, []
     for name, epochs in zip(cfg.datasets, cfg.epochs):
         for loss, ema in VARIANTS:
             key = f"{name}/{loss}/{'ema' if ema else 'no_ema'}"
             runs[key] = []
             for seed in range(cfg.seed, cfg.seed + cfg.seeds):
                 settings = cfg.settings(loss, ema, epochs, seed)
-                spec = {
-                    "dataset": name,
-                    "train_subset": cfg.train_subset,
-                    "test_subset": cfg.test_subset,
-                    "data_seed": cfg.seed,
-                    "settings": settings.to_dict(),
-                    "device": torch.device(device).type,
-                }
-
-                def train(checkpoint, name=name, settings=settings):
-                    what = f"{name} {settings.loss} {'EMA' if settings.ema else 'no EMA'} (seed {settings.seed})"
-                    raise_if_spent(f"{what} could begin")
-                    if name not in data:
-                        data[name] = load_pretraining_data(name, cfg.train_subset, cfg.test_subset, cfg.seed)
-                    out = train_siamese(
-                        *data[name], settings, device, checkpoint=checkpoint, time_limit_s=seconds_left()
-                    )
-                    if not out["complete"]:  # the command's time box (`timebox`): nothing incomplete is cached
-                        raise TimeBoxSpent(
-                            f"time box: {what} stopped after epoch {out['epochs_done']} of {settings.epochs}, "
-                            "checkpointed; run the same command again to resume"
-                        )
-                    return out
-
-                out = cached_run("isoloss.siamese", spec, RUN_VERSION, train)
+                out = siamese_unit(cfg, name, loss, ema, epochs, seed, device).run()
                 runs[key].append(out)
                 step_seconds.append(settings.batch_size / out["images_per_s"])
                 curves[f"{key}/seed{seed}"] = out["curves"]
