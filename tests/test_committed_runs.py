@@ -94,3 +94,21 @@ def test_smoke_runs_are_not_committed(tmp_path, monkeypatch):
     results = _on_machine(monkeypatch, tmp_path, "A")
     runner.run("lga.fig3", "smoke", {k: v for k, v in TINY.items() if k != "trials"}, store=ResultStore(results))
     assert not (results / "runs").exists()
+
+
+def test_a_sweep_commits_its_units_with_their_hardware_and_a_rerun_reads_them(tmp_path, monkeypatch):
+    """At `cpu` each job commits its entry (with the hardware it ran on); a rerun with an empty run cache finds
+    every unit committed and submits nothing."""
+    from gradalign.sweep import sweep
+
+    results = tmp_path / "results"
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(results))
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADALIGN_THREADS", "1")
+    summary = sweep("lga.fig3", "cpu", "local", tmp_path / "jobs", TINY, poll_s=0.5, echo=lambda _: None)
+    assert summary.ok and len(summary.stored) == 2
+    entries = [check_entry(json.loads(p.read_text())) for p in (results / "runs" / "lga.shells").glob("*.json")]
+    assert len(entries) == 2 and all(e["provenance"]["hardware"].startswith("CPU") for e in entries)
+    shutil.rmtree(tmp_path / "cache")
+    again = sweep("lga.fig3", "cpu", "local", tmp_path / "jobs2", TINY, echo=lambda _: None)
+    assert not again.submitted and again.ok

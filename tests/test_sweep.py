@@ -262,9 +262,9 @@ def test_slurm_jobs_get_the_options_as_sbatch_parameters(cache, tmp_path, monkey
     monkeypatch.setenv("PATH", f"{srun.parent}{os.pathsep}{os.environ['PATH']}")
     seen = {}
 
-    def capture(submitter, units, cache_path, threads, slots, poll_s, echo):
-        seen.update(parameters=submitter._executor.parameters, units=len(units), slots=slots, cache=cache_path)
-        seen.update(threads=threads)
+    def capture(submitter, units, job, slots, poll_s, echo):
+        seen.update(parameters=submitter._executor.parameters, units=len(units), slots=slots)
+        seen.update(cache=job.keywords["cache"], threads=job.keywords["threads"], committed=job.keywords["committed"])
         for unit in units:
             unit.run()  # as the jobs would
         return {}, {}
@@ -274,6 +274,7 @@ def test_slurm_jobs_get_the_options_as_sbatch_parameters(cache, tmp_path, monkey
     summary = sweep("lga.fig3", "smoke", "slurm", tmp_path / "jobs", TINY, **options, parameters={"slurm_qos": "high"})
     assert summary.ok and len(summary.stored) == 2
     assert seen["units"] == seen["slots"] == 2 and seen["cache"] == str(cache) and seen["threads"] == 3
+    assert seen["committed"] is None  # smoke runs are never committed
     assert seen["parameters"] == {
         "job_name": "gradalign-lga.fig3",
         "time": 30,

@@ -1,4 +1,4 @@
-"""`gradalign list | run | bench | sweep | book | report | data`.
+"""`gradalign list | run | bench | sweep | gpu-window | import | book | report | data`.
 
 `run` imports only torch and the library (no papermill, no jupyter-book): it works on a bare GPU
 machine. `book` needs the book environment of requirements.txt.
@@ -291,6 +291,9 @@ def parser() -> argparse.ArgumentParser:
     from gradalign.sweep import add_sweep_parser  # light: submitit is imported when a sweep runs
 
     add_sweep_parser(sub)
+    from gradalign.gpu_window import add_parsers as add_window_parsers  # light: torch is imported when it runs
+
+    add_window_parsers(sub)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")
     b.add_argument(
         "--preset", default="auto", help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper"

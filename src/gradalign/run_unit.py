@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from gradalign.atomic import StoredJSONError, content_digest, dumps_strict, read_json_strict, write_json_atomically
-from gradalign.runcache import _FORCED, SCHEMA, RunCacheWarning, cached_run, run_key
+from gradalign.runcache import SCHEMA, RunCacheWarning, cached_run, forcing, run_key
 
 ENTRY_FIELDS = ("schema", "kind", "key", "version", "spec", "value", "provenance", "digest")
 
@@ -80,7 +80,7 @@ class Unit:
         """Its value: the committed entry when there is one (inside `committed_runs`), else the run cache's,
         else computed and stored (and, inside `committed_runs(..., write=True)`, committed)."""
         committed = _COMMITTED.get()
-        if committed is not None and _FORCED.get() is None:  # --force: committed entries are recomputed too
+        if committed is not None and not forcing():  # --force: committed entries are recomputed too
             entry = read_entry(committed.folder, self)
             if entry is not None:
                 committed.read[(self.kind, self.key)] = entry["provenance"]

@@ -83,6 +83,11 @@ def force_recompute() -> Iterator[None]:
         _FORCED.reset(token)
 
 
+def forcing() -> bool:
+    """Whether the caller is inside `force_recompute()` (stored entries are then recomputed)."""
+    return _FORCED.get() is not None
+
+
 def run_key(kind: str, spec: dict, version: int) -> str:
     """The entry's key: 16 hex digits of the sha256 of (kind, spec, version)."""
     payload = json.dumps({"kind": kind, "spec": spec, "version": version}, sort_keys=True)

@@ -25,6 +25,7 @@ that cannot submit from here) is a ConfigError before anything is submitted.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -51,11 +52,16 @@ def _not_stored(_checkpoint) -> None:
     raise _NotStored
 
 
-def missing_units(units: list[Unit]) -> list[Unit]:
-    """The units without a usable entry in the run cache (`cache_root()`), in their order. Outside
-    `force_recompute` only: within it every entry counts as missing (and its checkpoint is dropped)."""
+def missing_units(units: list[Unit], committed: Path | None = None) -> list[Unit]:
+    """The units without a usable entry in the committed runs (`committed`, when given) or the run cache
+    (`cache_root()`), in their order. Outside `force_recompute` only: within it every entry counts as missing
+    (and its checkpoint is dropped)."""
+    from gradalign.run_unit import read_entry
+
     missing = []
     for unit in units:
+        if committed is not None and read_entry(committed, unit) is not None:
+            continue
         try:
             cached_run(unit.kind, unit.spec, unit.version, _not_stored, lock=False)
         except _NotStored:
@@ -63,13 +69,18 @@ def missing_units(units: list[Unit]) -> list[Unit]:
     return missing
 
 
-def compute_unit(unit: Unit, cache: str, threads: int) -> str:
-    """A job's body: `unit` computed into the run cache `cache` with `threads` torch threads; its key."""
+def compute_unit(unit: Unit, cache: str, threads: int, committed: str | None = None) -> str:
+    """A job's body: `unit` computed into the run cache `cache` with `threads` torch threads, and committed to
+    `committed` (the results store's `runs/`, at the presets whose runs are committed) with its hardware; its key."""
+    import contextlib
+
+    from gradalign.run_unit import committed_runs
     from gradalign.runtime import pin_threads
 
     os.environ["GRADALIGN_CACHE"] = cache  # and for any run the unit reads in turn
     pin_threads(threads)
-    unit.run()
+    with committed_runs(Path(committed), write=True) if committed else contextlib.nullcontext():
+        unit.run()
     return unit.key
 
 
@@ -167,7 +178,8 @@ def sweep(
     }
     submitter = make_executor(executor, Path(folder) if folder else cache / "sweeps" / element_id, options)
     summary = SweepSummary(element_id, preset, len(units), overrides=dict(overrides or {}))
-    missing = missing_units(units)
+    committed = _committed_folder(preset)
+    missing = missing_units(units, committed)
     if not missing:
         return summary
     from gradalign.atomic import check_writable, remove_stale_temporaries
@@ -178,8 +190,9 @@ def sweep(
     echo(f"{element_id} [{preset}]: {stored} of {len(units)} unit(s) stored, submitting {len(missing)} as jobs")
     summary.submitted = [unit.label for unit in missing]
     slots = parallel if executor == "local" else len(missing)
-    summary.jobs, summary.failed = _submit_and_wait(submitter, missing, str(cache), threads, slots, poll_s, echo)
-    still = {unit.label for unit in missing_units(missing)}
+    job = functools.partial(compute_unit, cache=str(cache), threads=threads, committed=committed and str(committed))
+    summary.jobs, summary.failed = _submit_and_wait(submitter, missing, job, slots, poll_s, echo)
+    still = {unit.label for unit in missing_units(missing, committed)}
     for label in still - set(summary.failed):  # the job ended well but left no entry where we look
         summary.failed[label] = f"its job finished but no entry is in the run cache {cache}"
     summary.stored = [label for label in summary.submitted if label not in still]
@@ -250,7 +263,15 @@ def make_executor(executor: str, folder: Path, options: dict[str, Any]):
     return submitter
 
 
-def _submit_and_wait(submitter, units: list[Unit], cache: str, threads: int, slots: int, poll_s: float, echo):
+def _committed_folder(preset: str) -> Path | None:
+    """Where the runs of `preset` are committed (`<results>/runs`), or None (smoke: never committed)."""
+    from gradalign.results import ResultStore
+    from gradalign.runner import COMMITTED_PRESETS
+
+    return ResultStore().root / "runs" if preset in COMMITTED_PRESETS else None
+
+
+def _submit_and_wait(submitter, units: list[Unit], job: Callable[[Unit], str], slots: int, poll_s: float, echo):
     """Submit `units` (at most `slots` running at once) and wait for them all: (label -> job id, label -> why
     for the failed). Polls every 0.1 s at first, backing off to `poll_s` while nothing finishes."""
     pending, running, ids, failed, done, wait = list(units), [], {}, {}, 0, 0.1
@@ -258,7 +279,7 @@ def _submit_and_wait(submitter, units: list[Unit], cache: str, threads: int, slo
         if pending and len(running) < slots:
             batch, pending = pending[: slots - len(running)], pending[slots - len(running) :]
             with submitter.batch():
-                submitted = [submitter.submit(compute_unit, unit, cache, threads) for unit in batch]
+                submitted = [submitter.submit(job, unit) for unit in batch]
             running += list(zip(submitted, batch))
             ids.update((unit.label, job.job_id) for job, unit in zip(submitted, batch))
         finished = [(job, unit) for job, unit in running if job.done()]
