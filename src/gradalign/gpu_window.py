@@ -84,13 +84,14 @@ def gpu_window(
 ) -> Window:
     """Run one window of at most `minutes` and write what it finished to `out` (see the module's text)."""
     from gradalign.results import ResultStore
-    from gradalign.runtime import check_device, select_device
+    from gradalign.runtime import check_device, pin_threads, select_device
     from gradalign.timebox import check_minutes, seconds_left, time_box
 
     check_minutes(minutes)
     check_device(device)
     out = _out_folder(out)
     dev = select_device(device)
+    pin_threads()  # as `gradalign run` does: the units a window computes are the ones a run computes
     store = ResultStore()
     before = _snapshot(store.root)
     window = Window(minutes=minutes, device=str(dev))
