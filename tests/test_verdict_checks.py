@@ -587,5 +587,3 @@ def test_every_check_name_has_a_failing_case():
     assert every - failing == set()
     assert len(every) == 57 and sum(len(v) for v in EXPECTED.values()) == 68
     assert "lga_step_cost" not in every  # the LGA step's cost is the lga_step benchmark's, not a check
-
-

@@ -1,6 +1,6 @@
 """`gradalign gpu-window` and `gradalign import`: a short GPU window that finishes whole units, and its return.
 
-A window (`/work/shared/GPU.md`: about 15 minutes of device time, commands of at most 10 minutes, at most 8
+A window (a lent GPU machine: about 15 minutes of device time, commands of at most 10 minutes, at most 8
 files of at most 16 MiB back) is one command, run in a checkout that carries the committed `results/`:
 
 1. the CUDA tests at `smoke` (`CUDA_TESTS`; skipped without a CUDA device or without pytest);
@@ -49,7 +49,7 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = tuple(
         "metagrad.tab2",
     )
 )
-"""(element id, preset, overrides) in priority order (GPU.md's backlog)."""
+"""(element id, preset, overrides) in priority order (the backlog of GPU runs)."""
 CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_activation_memory.py")
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file

@@ -272,7 +272,7 @@ def how_to_run_markdown() -> str:
         "gradalign report",
         "gradalign book",
         "# measure a benchmark and store its record (the Performance page shows it); no name lists them",
-        "gradalign bench sgr_memory",
+        "gradalign bench lga_step",
         "# an experiment's training runs as separate jobs (submitit: here, or on Slurm); then assemble the record",
         "gradalign sweep lga.fig5 --preset cpu --executor local",
         "gradalign sweep lga.fig5 --preset gpu --executor slurm --partition gpu --gpus-per-node 1",
@@ -295,8 +295,11 @@ def how_to_run_markdown() -> str:
         "and the same command resumes (keep `$GRADALIGN_CACHE` between commands). The runs of the LGA benchmark "
         "and of IsoLoss Table 1 stop inside the box; the other parts' runs resume from their last checkpoint when a "
         "command is cut off. On a GPU the runs take the fast path: bf16 autocast and channels-last, data and "
-        "augmentation on the device (`GRADALIGN_FAST=off` gives the fp32 reference; `bf16,channels_last,compile` "
-        "adds torch.compile); a run's fast path is part of its run-cache key. The next `make book` shows the `gpu` "
+        "augmentation on the device (the `gpu` preset sets `fast.bf16` and `fast.channels_last`; "
+        "`--set fast.bf16=false` gives the fp32 reference, `--set fast.compile=true` adds torch.compile); a run's "
+        "fast path is part of its "
+        "run-cache key. A GPU window of a few minutes: `gradalign gpu-window --minutes 9 --out DIR` there, then "
+        "`gradalign import DIR` here. The next `make book` shows the `gpu` "
         "record in place of the `cpu` one, with the GPU named beside each figure. Experiments that use the "
         "accelerator when one is present:",
         "",
