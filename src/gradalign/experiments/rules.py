@@ -102,6 +102,15 @@ def summary(values: Iterable[float]) -> dict:
     return stats(values)
 
 
+def per_column(tables: dict, checks_of, prefix: bool) -> dict[str, dict]:
+    """The checks of every column of a stored table (`checks_of(table)`), each name prefixed with its column when
+    the record has several columns, as the experiments name them."""
+    out = {}
+    for column, table in tables.items():
+        out.update({f"{column}_{n}" if prefix else n: c for n, c in checks_of(table).items()})
+    return out
+
+
 # --- preconditions ---------------------------------------------------------------------------------------
 
 

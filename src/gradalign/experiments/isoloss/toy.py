@@ -185,7 +185,7 @@ def _nan_to_none(t: torch.Tensor):
 
 
 def _toy_checks(lam: dict, ws_diverged_at: int | None, star: float, kappa: float, cap: float) -> dict[str, dict]:
-    """The claims of Figure 2 (and, 'qualitatively similar', Figure 3) on the eigenvalue runs: `lam` maps each
+    """The claims of Figure 2 (the linear network; Figure 3's are `relu_checks`) on the eigenvalue runs: `lam` maps each
     loss ("L", "noSG", "ws", "iso") to its recorded eigenvalues (steps, modes; NaN once a run has stopped),
     ws_diverged_at: the step at which the L_ws run passed `cap` (None if it did not); star: the fixed point;
     kappa: 1 + sigma^2."""

@@ -10,7 +10,14 @@ did not record fails its precondition (`rules.not_recorded`).
 
 from __future__ import annotations
 
-from gradalign.experiments.rules import enough_seeds, finished_learning, fits_labels, mechanism_active, not_recorded
+from gradalign.experiments.rules import (
+    enough_seeds,
+    finished_learning,
+    fits_labels,
+    mechanism_active,
+    not_recorded,
+    per_column,
+)
 
 TOLERANCE = 0.5  # error points over the last 20 % of evaluations (our choice)
 FIT_ERROR = 5.0  # % eval-mode error on the labeled training set (our choice)
@@ -80,26 +87,20 @@ def benchmark(record: dict) -> dict:
     }
 
 
-def _prefixed(record: dict, column: str, checks: dict) -> dict:
-    return {n if len(record["config"]["columns"]) == 1 else f"{column}_{n}": c for n, c in checks.items()}
+def _columns_claims(record: dict, checks_of) -> dict:
+    return per_column(record["metrics"]["table"], checks_of, len(record["config"]["columns"]) > 1)
 
 
 def tab4_claims(record: dict) -> dict:
     from gradalign.experiments.metagrad.benchmark import table4_checks
 
-    out = {}
-    for column, table in record["metrics"]["table"].items():
-        out.update(_prefixed(record, column, table4_checks(table)))
-    return out
+    return _columns_claims(record, table4_checks)
 
 
 def tab1_claims(record: dict) -> dict:
     from gradalign.experiments.metagrad.benchmark import table1_checks
 
-    out = {}
-    for column, table in record["metrics"]["table"].items():
-        out.update(_prefixed(record, column, table1_checks(table)))
-    return out
+    return _columns_claims(record, table1_checks)
 
 
 def fig2_claims(record: dict) -> dict:

@@ -8,7 +8,14 @@ at most half of layer-wise training's (Greedy's in Table 6, whose modules train 
 
 from __future__ import annotations
 
-from gradalign.experiments.rules import enough_seeds, finished_learning, mechanism_active, not_evaluated, not_recorded
+from gradalign.experiments.rules import (
+    enough_seeds,
+    finished_learning,
+    mechanism_active,
+    not_evaluated,
+    not_recorded,
+    per_column,
+)
 
 TOLERANCE = 0.5  # accuracy points over the last 20 % of epochs (our choice)
 ACTIVE_RATIO = 0.5  # SGR's term at most half of layer-wise training's (issue rule)
@@ -109,10 +116,7 @@ def _prefixed(record: dict, dataset: str, checks: dict) -> dict:
 def tab3_claims(record: dict) -> dict:
     from gradalign.experiments.sgr.local_bp import table3_checks
 
-    out = {}
-    for d, table in record["metrics"]["table"].items():
-        out.update(_prefixed(record, d, table3_checks(table)))
-    return out
+    return per_column(record["metrics"]["table"], table3_checks, len(_datasets(record)) > 1)
 
 
 def tab6_claims(record: dict) -> dict:
@@ -128,10 +132,7 @@ def tab6_claims(record: dict) -> dict:
 def tab4_claims(record: dict) -> dict:
     from gradalign.experiments.sgr.bp_free import table4_checks
 
-    out = {}
-    for d, table in record["metrics"]["table"].items():
-        out.update(_prefixed(record, d, table4_checks(table)))
-    return out
+    return per_column(record["metrics"]["table"], table4_checks, len(_datasets(record)) > 1)
 
 
 def _figure_claims(record: dict, checks_of) -> dict:
