@@ -1,3 +1,5 @@
+import dataclasses
+import importlib
 import os
 from pathlib import Path
 
@@ -59,3 +61,34 @@ def book_html(request):
         assert Path(given, "index.html").exists(), f"GRADALIGN_BOOK_HTML={given} holds no built book"
         return Path(given)
     return request.getfixturevalue("built")[0] / "html"
+
+
+# --- bad input: nothing may start before the input is checked (test_bad_input, test_hostile_input) ----------
+
+LOADERS = [
+    ("gradalign.data.image_sets", "load_image_set"),
+    ("gradalign.data.fashion_mnist", "load_fashion_mnist"),
+    ("gradalign.data.ssl_data", "load_image_set"),
+]
+
+
+def _forbidden(*args, **kwargs):
+    raise AssertionError("compute, data loading or a submission started before the input was checked")
+
+
+@pytest.fixture
+def no_compute(store, tmp_path, monkeypatch):
+    """Nothing may compute, load data or submit a job; the run cache is a fresh folder."""
+    import gradalign.sweep as sweep_module
+    from gradalign import runner
+    from gradalign.experiments import EXPERIMENTS
+
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(runner, "run", _forbidden)
+    for element_id, exp in list(EXPERIMENTS.items()):
+        monkeypatch.setitem(EXPERIMENTS, element_id, dataclasses.replace(exp, run=_forbidden))
+    for module, name in LOADERS:
+        monkeypatch.setattr(importlib.import_module(module), name, _forbidden, raising=False)
+    monkeypatch.setattr(sweep_module, "_submit_and_wait", _forbidden)
+    monkeypatch.setattr(sweep_module, "make_executor", _forbidden)
+    return store

@@ -7,7 +7,6 @@ same setting when it moves into a method's nested settings (`lr` -> `siamese.lr`
 """
 
 import dataclasses
-import importlib
 import io
 import os
 import subprocess
@@ -23,29 +22,6 @@ from gradalign.config import settings_fields
 from gradalign.errors import ConfigError
 from gradalign.experiments import EXPERIMENTS
 from gradalign.runtime import check_device, pin_threads, select_device, threads_from_env
-
-LOADERS = [
-    ("gradalign.data.image_sets", "load_image_set"),
-    ("gradalign.data.fashion_mnist", "load_fashion_mnist"),
-    ("gradalign.data.ssl_data", "load_image_set"),
-]
-
-
-def _forbidden(*args, **kwargs):
-    raise AssertionError("compute or data loading started before the input was checked")
-
-
-@pytest.fixture
-def no_compute(store, monkeypatch):
-    monkeypatch.setattr(runner, "run", _forbidden)
-    for element_id, exp in list(EXPERIMENTS.items()):
-        monkeypatch.setitem(EXPERIMENTS, element_id, dataclasses.replace(exp, run=_forbidden))
-    for module, name in LOADERS:
-        try:
-            monkeypatch.setattr(importlib.import_module(module), name, _forbidden, raising=False)
-        except ImportError:
-            pass
-    return store
 
 
 def field(element_id: str, leaf: str) -> str:

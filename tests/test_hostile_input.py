@@ -7,44 +7,14 @@ the sweep's submission fail the test if they are called, and each case checks th
 
 from __future__ import annotations
 
-import dataclasses
 import errno
-import importlib
 import tempfile
 import time
 
 import pytest
 import torch
 
-from gradalign import runner
 from gradalign.cli import main
-from gradalign.experiments import EXPERIMENTS
-
-LOADERS = [
-    ("gradalign.data.image_sets", "load_image_set"),
-    ("gradalign.data.fashion_mnist", "load_fashion_mnist"),
-    ("gradalign.data.ssl_data", "load_image_set"),
-]
-
-
-def _forbidden(*args, **kwargs):
-    raise AssertionError("compute, data loading or a submission started before the input was checked")
-
-
-@pytest.fixture
-def no_compute(store, tmp_path, monkeypatch):
-    """Nothing may compute, load data or submit a job; the run cache is a fresh folder."""
-    import gradalign.sweep as sweep_module
-
-    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(runner, "run", _forbidden)
-    for element_id, exp in list(EXPERIMENTS.items()):
-        monkeypatch.setitem(EXPERIMENTS, element_id, dataclasses.replace(exp, run=_forbidden))
-    for module, name in LOADERS:
-        monkeypatch.setattr(importlib.import_module(module), name, _forbidden, raising=False)
-    monkeypatch.setattr(sweep_module, "_submit_and_wait", _forbidden)
-    monkeypatch.setattr(sweep_module, "make_executor", _forbidden)
-    return store
 
 
 def assert_one_line_error(capsys, argv: list[str], fragment: str, store=None) -> str:
