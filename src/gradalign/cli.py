@@ -119,7 +119,7 @@ def _print_record(record: dict, store, loaded: bool) -> None:
     sections = (("preconditions", "precondition "), ("checks", ""), ("targets", "target (not in the verdict) "))
     for key, title in sections:
         for name, check in record.get(key, {}).items():
-            value = format_value(check["value"]).replace("\u200b", "")  # the page's break hints
+            value = format_value(check["value"], page=False)
             mark = "ok  " if check["passed"] else ("≈   " if check.get("within_noise") else "FAIL")
             print(f"  {mark} {title}{name}: {check['rule']} (measured {value})")
     print(f"record: {store.path(record['id'], record['preset'], record['config_hash'])}")

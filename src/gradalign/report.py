@@ -86,7 +86,9 @@ def _signed(x: float) -> str:
     return f"{x:+.3g}"
 
 
-def format_value(value) -> str:
+def format_value(value, page: bool = True) -> str:
+    """A check's measured value in words; `page`: keys may wrap after their underscores (a narrow table column),
+    not in a terminal."""
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
@@ -94,7 +96,7 @@ def format_value(value) -> str:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return ", ".join(value) if value else "none"
     if isinstance(value, list) and len(value) <= 12 and all(isinstance(v, (int, float, type(None))) for v in value):
-        return "[" + ", ".join("—" if v is None else format_value(v) for v in value) + "]"
+        return "[" + ", ".join("—" if v is None else format_value(v, page) for v in value) + "]"
     if isinstance(value, list):
         return "per-curve values in the record"
     if isinstance(value, dict) and {"a", "b", "diff", "se"} <= set(value):  # a comparison (`rules.compare`)
@@ -102,7 +104,8 @@ def format_value(value) -> str:
         tie = " (tie)" if value.get("tie") else ""
         return f"{value['a']:.4g} vs {value['b']:.4g}: d = {_signed(value['diff'])} ± {value['se']:.3g} SE{n}{tie}"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{breakable(str(k))}: {format_value(v)}" for k, v in value.items()) + "}"
+        key = breakable if page else str
+        return "{" + ", ".join(f"{key(str(k))}: {format_value(v, page)}" for k, v in value.items()) + "}"
     return str(value)
 
 
