@@ -1,0 +1,165 @@
+"""The book's supervised reference: what supervised training alone reaches with a given number of labels.
+
+A semi-supervised comparison is valid only if its supervised baseline is sane (issue "Empirical verdicts that can
+tell", precondition *baseline sane*): a baseline that underfits or stops early makes every method look better
+than it is. The book therefore measures, once, supervised training with that many labels **until it has
+finished learning**, and each semi-supervised element compares its own baseline with it
+(`rules.near_reference`): a baseline whose test error lies more than `TOLERANCE` points above the reference's
+makes the comparison inconclusive.
+
+The reference runs are ordinary runs of the LGA benchmark's loop (`experiments.lga.ssl_runs`, kind `lga.ssl`,
+method `supervised`): Oliver et al.'s protocol (Adam, lr 3e-3, batches of 50 labeled images, translation by
+±2 px, lr × 0.2 after 80 % of the steps), the small CNN at twice the LGA benchmark's width, and many more steps
+than the benchmark's, so that every run has finished learning (checked, not assumed: `finished`). The test error
+is read at the evaluation with the lowest validation error, on the whole test split. They are committed under
+`results/runs/lga.ssl/` like every run; `lookup` reads them and never trains.
+
+Measure (about 30 minutes on one core): `python -m gradalign.reference` (or `--preset smoke`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+from gradalign.experiments.lga.ssl_runs import SSLBenchConfig, run_unit, sweep
+from gradalign.experiments.rules import finished_learning, near_reference, not_recorded
+from gradalign.training.protocols import OliverProtocol
+
+TOLERANCE = 5.0  # test-error points a baseline may lie above the reference (our choice)
+FINISHED = 0.5  # validation-error points over the last 20 % of evaluations (our choice, as the benchmarks')
+FAMILY = "cifar"  # Oliver et al.'s supervised settings (lr 3e-3) are the same in both families
+
+PRESETS = {
+    "smoke": SSLBenchConfig(
+        methods=("supervised",),
+        labels=(50,),
+        seeds=1,
+        width=8,
+        n_validation=100,
+        n_pool=200,
+        n_test=200,
+        protocol=OliverProtocol(steps=10, eval_every=5),
+    ),
+    "cpu": SSLBenchConfig(
+        methods=("supervised",),
+        labels=(250, 1000, 4000),
+        seeds=3,
+        width=32,  # our choice: twice the LGA benchmark's small CNN
+        n_validation=2000,
+        n_pool=10_000,
+        n_test=0,  # the whole test split
+        protocol=OliverProtocol(steps=3000, eval_every=150),  # our choice: long enough to finish learning
+    ),
+}
+PRESETS["gpu"] = PRESETS["paper"] = PRESETS["cpu"]
+
+
+def config(preset: str = "cpu", dataset: str = "fashion_mnist") -> SSLBenchConfig:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    cfg = replace(PRESETS[preset], dataset=dataset)
+    cfg.validate()
+    return cfg
+
+
+def _runs_folder(results: str | Path | None) -> Path:
+    from gradalign.results import ResultStore
+
+    return Path(ResultStore(results).root) / "runs"
+
+
+def stored_runs(cfg: SSLBenchConfig, labels: int, results: str | Path | None = None) -> list[dict]:
+    """The committed runs of the reference at `labels` (each seed's), without training; missing seeds are left
+    out, an edited entry is reported (`run_unit.read_entry`) and left out."""
+    from gradalign.run_unit import read_entry
+
+    folder = _runs_folder(results)
+    units = [run_unit(cfg, cfg.dataset, FAMILY, "supervised", labels, s) for s in range(cfg.seed, cfg.seed + cfg.seeds)]
+    entries = [read_entry(folder, u) for u in units]
+    return [e["value"] for e in entries if e is not None]
+
+
+def summary(cfg: SSLBenchConfig, labels: int, results: str | Path | None = None) -> dict | None:
+    """Mean and standard error over seeds of the reference at `labels`, whether its runs finished learning, and
+    its labeled-set error; None unless every seed is stored."""
+    import math
+
+    runs = stored_runs(cfg, labels, results)
+    if len(runs) < cfg.seeds or cfg.dataset not in {r["dataset"] for r in runs}:
+        return None
+
+    def stats(name: str) -> tuple[float, float]:
+        values = [float(r[name]) for r in runs]
+        mean = sum(values) / len(values)
+        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+        return mean, math.sqrt(var / len(values))
+
+    out = {"labels": labels, "seeds": len(runs), "train_seconds": sum(r["train_seconds"] for r in runs)}
+    for name in ("test_error", "test_loss", "best_val_error", "labeled_error"):
+        out[name], out[name + "_se"] = stats(name)
+    out["finished"] = finished_learning(
+        {f"seed {s}": r["history"]["val_error"] for s, r in enumerate(runs)},
+        higher_is_better=False,
+        tolerance=FINISHED,
+        metric="validation error (%)",
+    )
+    out["history"] = [r["history"] for r in runs]
+    return out
+
+
+def lookup(dataset: str, labels: int, results: str | Path | None = None) -> float | None:
+    """The reference's mean test error (%) for `dataset` at `labels`; None when it is not measured, or its runs
+    did not finish learning (a reference that is still improving is no reference)."""
+    from gradalign.data.image_sets import IMAGE_SETS
+
+    if dataset not in IMAGE_SETS:
+        return None
+    cfg = config("cpu", dataset)
+    if labels not in cfg.labels:
+        return None
+    s = summary(cfg, labels, results)
+    return s["test_error"] if s is not None and s["finished"]["passed"] else None
+
+
+def baseline_check(dataset: str, baselines: dict[int, float | None], quantity: str, results=None) -> dict:
+    """The precondition *baseline sane* for one record: each label count's supervised baseline (test error, %)
+    within `TOLERANCE` points of the reference (`rules.near_reference`); every label count must pass."""
+    if not baselines:
+        return not_recorded("the baseline is near the book's reference", "the baseline's test error")
+    parts = {n: near_reference(b, lookup(dataset, n, results), TOLERANCE, quantity) for n, b in baselines.items()}
+    failing = [p for p in parts.values() if not p["passed"]]
+    first = (failing or list(parts.values()))[0]
+    return {
+        **first,
+        "passed": not failing,
+        "value": {f"{n} labels": p["value"] for n, p in sorted(parts.items())},
+    }
+
+
+def measure(preset: str = "cpu", dataset: str = "fashion_mnist", device: str = "cpu", results=None) -> dict:
+    """Train (or read) the reference's runs and commit them under `<results>/runs` (cpu and larger presets)."""
+    from gradalign.run_unit import committed_runs
+    from gradalign.runtime import check_device, pin_threads, select_device
+
+    check_device(device)
+    cfg = config(preset, dataset)
+    pin_threads()
+    with committed_runs(_runs_folder(results), write=preset != "smoke"):
+        return sweep(cfg, select_device(device))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m gradalign.reference", description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
+    parser.add_argument("--dataset", default="fashion_mnist")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    table = measure(args.preset, args.dataset, args.device)
+    for n, s in table["supervised"]["by_labels"].items():
+        print(f"{n} labels: test error {s['test_error']:.2f} % (std {s['test_error_std']:.2f}), {s['seeds']} seeds")
+
+
+if __name__ == "__main__":
+    main()
