@@ -16,11 +16,13 @@ import pytest
 
 from gradalign import plotting
 from gradalign.book import toc_files
+from gradalign.elements import PARTS
 from gradalign.environment import project_root
 
 ROOT = project_root()
 NOTEBOOKS = sorted((ROOT / "notebooks").rglob("*.ipynb"))
 IDS = [p.relative_to(ROOT / "notebooks").as_posix() for p in NOTEBOOKS]
+PAPER_NOTEBOOKS = [p for p in NOTEBOOKS if p.parent.name in PARTS]  # the others are the book's own measurements
 SHARED = re.compile(r"^(?:def (?:cell|curve_panel|mean_std)\b|COLORS\s*=)", re.M)
 FONT_SIZE = re.compile(r"\b(?:fontsize|size)\s*=\s*([0-9.]+)")
 TITLE = re.compile(r"(?:set_title|suptitle|title\s*=)\s*\(?\s*r?f?r?([\"'])(.*?)\1")
@@ -77,7 +79,15 @@ def test_figure_titles_carry_no_verdict(path):
     assert not bad, f"{path.name}: a paper figure's title should read 'ours: Figure N ... (paper: ...)': {bad}"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_only_the_reference_page_lies_outside_the_papers():
+    assert {p.relative_to(ROOT / "notebooks").as_posix() for p in NOTEBOOKS if p not in PAPER_NOTEBOOKS} == {
+        "reference/01_supervised.ipynb"
+    }
+
+
+@pytest.mark.parametrize(
+    "path", PAPER_NOTEBOOKS, ids=[p.relative_to(ROOT / "notebooks").as_posix() for p in PAPER_NOTEBOOKS]
+)
 def test_verdict_cells_hold_no_hand_written_rules(path):
     verdicts = [s for s in cells(path, "markdown") if s.startswith("## Verdict")]
     assert len(verdicts) == 1, f"{path.name}: one '## Verdict' section expected, found {len(verdicts)}"

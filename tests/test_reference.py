@@ -85,7 +85,7 @@ def test_bad_preset_is_one_line_error():
 
 
 def test_measure_at_smoke_trains_and_commits_nothing(tmp_path):
-    table = reference.measure("smoke", results=tmp_path)
-    row = table["supervised"]["by_labels"]["50"]
-    assert row["seeds"] == 1 and 0 <= row["test_error"] <= 100
+    (row,) = reference.measure("smoke", results=tmp_path)
+    assert row["labels"] == 50 and row["seeds"] == 1 and 0 <= row["test_error"] <= 100
+    assert len(row["history"][0]["val_error"]) == 2  # 10 steps, an evaluation every 5
     assert not (tmp_path / "runs").exists()

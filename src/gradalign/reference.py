@@ -23,7 +23,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from gradalign.experiments.lga.ssl_runs import SSLBenchConfig, run_unit, sweep
+from gradalign.experiments.lga.ssl_runs import SSLBenchConfig, run_unit
 from gradalign.experiments.rules import finished_learning, near_reference, not_recorded
 from gradalign.training.protocols import OliverProtocol
 
@@ -70,25 +70,23 @@ def _runs_folder(results: str | Path | None) -> Path:
     return Path(ResultStore(results).root) / "runs"
 
 
+def _units(cfg: SSLBenchConfig, labels: int) -> list:
+    return [run_unit(cfg, cfg.dataset, FAMILY, "supervised", labels, s) for s in range(cfg.seed, cfg.seed + cfg.seeds)]
+
+
 def stored_runs(cfg: SSLBenchConfig, labels: int, results: str | Path | None = None) -> list[dict]:
-    """The committed runs of the reference at `labels` (each seed's), without training; missing seeds are left
+    """The committed entries of the reference at `labels` (each seed's), without training; missing seeds are left
     out, an edited entry is reported (`run_unit.read_entry`) and left out."""
     from gradalign.run_unit import read_entry
 
     folder = _runs_folder(results)
-    units = [run_unit(cfg, cfg.dataset, FAMILY, "supervised", labels, s) for s in range(cfg.seed, cfg.seed + cfg.seeds)]
-    entries = [read_entry(folder, u) for u in units]
-    return [e["value"] for e in entries if e is not None]
+    return [e for e in (read_entry(folder, u) for u in _units(cfg, labels)) if e is not None]
 
 
-def summary(cfg: SSLBenchConfig, labels: int, results: str | Path | None = None) -> dict | None:
-    """Mean and standard error over seeds of the reference at `labels`, whether its runs finished learning, and
-    its labeled-set error; None unless every seed is stored."""
+def summarise(runs: list[dict], labels: int, hardware: list[str]) -> dict:
+    """Mean and standard error over seeds of each run's test error (at the lowest validation error), test loss,
+    best validation error and labeled-set error; whether the runs finished learning; their curves."""
     import math
-
-    runs = stored_runs(cfg, labels, results)
-    if len(runs) < cfg.seeds or cfg.dataset not in {r["dataset"] for r in runs}:
-        return None
 
     def stats(name: str) -> tuple[float, float]:
         values = [float(r[name]) for r in runs]
@@ -106,7 +104,16 @@ def summary(cfg: SSLBenchConfig, labels: int, results: str | Path | None = None)
         metric="validation error (%)",
     )
     out["history"] = [r["history"] for r in runs]
+    out["hardware"] = sorted(set(hardware))
     return out
+
+
+def summary(cfg: SSLBenchConfig, labels: int, results: str | Path | None = None) -> dict | None:
+    """The reference at `labels` from its committed runs (`summarise`); None unless every seed is stored."""
+    entries = stored_runs(cfg, labels, results)
+    if len(entries) < cfg.seeds or any(e["value"].get("dataset") != cfg.dataset for e in entries):
+        return None
+    return summarise([e["value"] for e in entries], labels, [e["provenance"].get("hardware", "?") for e in entries])
 
 
 def lookup(dataset: str, labels: int, results: str | Path | None = None) -> float | None:
@@ -138,16 +145,29 @@ def baseline_check(dataset: str, baselines: dict[int, float | None], quantity: s
     }
 
 
-def measure(preset: str = "cpu", dataset: str = "fashion_mnist", device: str = "cpu", results=None) -> dict:
-    """Train (or read) the reference's runs and commit them under `<results>/runs` (cpu and larger presets)."""
-    from gradalign.run_unit import committed_runs
+def measure(preset: str = "cpu", dataset: str = "fashion_mnist", device: str = "cpu", results=None) -> list[dict]:
+    """The reference at every label count of `preset` (`summarise`): its runs read from `<results>/runs`, or
+    trained and committed there (cpu and larger presets; smoke commits nothing)."""
+    from gradalign.progress import progress
+    from gradalign.run_unit import committed_runs, runs_read
     from gradalign.runtime import check_device, pin_threads, select_device
 
     check_device(device)
     cfg = config(preset, dataset)
+    dev = select_device(device)
     pin_threads()
+    out = []
     with committed_runs(_runs_folder(results), write=preset != "smoke"):
-        return sweep(cfg, select_device(device))
+        for n in cfg.labels:
+            units = _units(cfg, n)
+            runs = [
+                run_unit(cfg, cfg.dataset, FAMILY, "supervised", n, s, dev).run()
+                for s in progress(range(cfg.seed, cfg.seed + cfg.seeds), desc=f"reference, {n} labels")
+            ]
+            read = runs_read()
+            hardware = [read.get((u.kind, u.key), {}).get("hardware", "?") for u in units]
+            out.append(summarise(runs, n, hardware))
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -156,9 +176,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dataset", default="fashion_mnist")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    table = measure(args.preset, args.dataset, args.device)
-    for n, s in table["supervised"]["by_labels"].items():
-        print(f"{n} labels: test error {s['test_error']:.2f} % (std {s['test_error_std']:.2f}), {s['seeds']} seeds")
+    for s in measure(args.preset, args.dataset, args.device):
+        print(
+            f"{s['labels']} labels: test error {s['test_error']:.2f} ± {s['test_error_se']:.2f} % (SE, "
+            f"{s['seeds']} seeds); finished learning: {s['finished']['passed']}"
+        )
 
 
 if __name__ == "__main__":
