@@ -47,7 +47,10 @@ EXPECTED = {
         ["zero_sgr_gives_global_gradients", "normalised_zero_gives_parallel_updates", "gap_grows_with_sgr"],
     ),
     # Proposition 3.5 fails for a descent step on L2^SGR (Eq. 30 prints the step with the opposite sign)
-    "sgr.prop35": ("not reproduced", ["eq29_expansion", "eq30_gradient_up_to_sign", "sgr_step_lowers_l2"]),
+    "sgr.prop35": (
+        "not reproduced",
+        ["eq29_expansion", "first_order_difference", "eq30_gradient_up_to_sign", "sgr_step_lowers_l2"],
+    ),
     "sgr.thm33": (
         "reproduced",
         [
@@ -123,6 +126,7 @@ PASSING = {
     },
     two_layer.prop35_checks: {
         "eq29_error": 5e-15,
+        "first_order_error": 2e-13,
         "eq30_error": 0.0,
         "holds": {0.01: {"draws": 500, "fraction": 0.97}, 0.1: {"draws": 500, "fraction": 0.96}},
         "threshold": 0.95,
@@ -184,6 +188,7 @@ FAILING = [
     (theory.prop34_checks, "gap_grows_with_sgr", {"slope": 0.5}),
     (theory.prop34_checks, "gap_grows_with_sgr", {"gap": [1.6e-4, 1.6e-3, 1.5e-3, 0.16]}),
     (two_layer.prop35_checks, "eq29_expansion", {"eq29_error": 1e-9}),
+    (two_layer.prop35_checks, "first_order_difference", {"first_order_error": 1e-6}),
     (two_layer.prop35_checks, "eq30_gradient_up_to_sign", {"eq30_error": 1e-9}),
     (two_layer.prop35_checks, "sgr_step_lowers_l2", {"holds": {0.01: {"draws": 500, "fraction": 0.2}}}),
     (
@@ -252,6 +257,8 @@ BAD = [
     ("sgr.prop35", {"threshold": 1.5}, "threshold must be in (0, 1]"),
     ("sgr.prop35", {"sigma_low": 1.0}, "sigma_low must be in (0, sigma_high]"),
     ("sgr.prop35", {"other_etas": [-0.1]}, "other_etas must be > 0"),
+    ("sgr.prop35", {"step_sizes": [0.1, 0.0]}, "step_sizes must be > 0"),
+    ("sgr.prop35", {"step_sizes": []}, "step_sizes must list"),
     ("sgr.thm33", {"samples": 3}, "samples must exceed d0"),
     ("sgr.thm33", {"rates": [[1.5, 0.5]]}, "rates must be"),
     ("sgr.thm33", {"angles": [-0.1]}, "angles must be"),
@@ -279,7 +286,7 @@ def test_prop35_draw_at_zero_sigma_has_no_sgr_term_and_every_variant_equals_the_
 
 
 def test_prop35_sign_of_the_first_order_effect():
-    """To first order in η, L̂2′ − L2′ = −η ‖δx2‖² rᵀx1 for the descent step (δx2 held constant), the opposite
+    """To first order in η, L̂2′ − L2′ = +η ‖δx2‖² rᵀx1 for the descent step (δx2 held constant), the opposite
     for Eq. 30 as printed: under δx2ᵀx2 ≤ δx1ᵀx1 (rᵀx1 ≥ 0) the printed step helps and the descent step hurts."""
     gen = torch.Generator().manual_seed(11)
     tested = 0
@@ -289,6 +296,35 @@ def test_prop35_sign_of_the_first_order_effect():
             assert step["loss_with"]["constant_delta"] >= step["loss_without"] >= step["loss_with"]["as_printed"]
             tested += 1
     assert tested >= 5
+
+
+@pytest.mark.parametrize("step_size", [1e-3, 1.0, 10.0])
+def test_prop35_first_order_term_matches_autograd_and_its_shortcuts_do_not(step_size):
+    """dL̂2′/dλ at λ = 0 (autograd through the step) equals the closed form of `prop35_first_order` for each
+    reading of the SGR step, at small and large η‖x0‖². Failing cases, the same derivative written two wrong ways
+    once η‖x0‖² is not small: without the η‖x0‖² rᵀδx1 term that the proof drops, and the δx2-constant form used
+    for the autograd reading (missing its H2θ2r term)."""
+    gen = torch.Generator().manual_seed(3)
+    worst, dropped, no_hessian = 0.0, 0.0, 0.0
+    for _ in range(30):
+        draw = lt.two_layer_draw((8, 6, 6), 4, 0.2, gen)
+        x0_sq = float(draw.x0.square().sum())
+        eta = step_size / x0_sq
+        first = lt.prop35_step(draw, eta)["first_order"]
+        worst = max(worst, *(first[v]["error"] for v in ("autograd", "constant_delta", "as_printed")))
+        x1 = draw.theta1 @ draw.x0
+        x2 = draw.theta2 @ x1
+        dx1 = lt.ce_feature_gradient(draw.M1, x1, draw.y)
+        dx2 = lt.ce_feature_gradient(draw.M2, x2, draw.y)
+        r = dx1 - draw.theta2.T @ dx2
+        exact = first["constant_delta"]["autograd"]
+        kept, term = float(dx1 @ x1 - dx2 @ x2), eta * x0_sq * float(r @ dx1)
+        short = exact * kept / (kept - term)  # η (δx2′ᵀδx2) (δx1ᵀx1 − δx2ᵀx2): the term dropped
+        dropped = max(dropped, abs(short - exact) / abs(exact))
+        no_hessian = max(no_hessian, abs(first["autograd"]["autograd"] - exact) / abs(exact))
+    assert worst < 1e-12
+    if step_size >= 1:
+        assert dropped > 0.1 and no_hessian > 0.1
 
 
 def test_quadratic_model_constants_match_a_closed_form_when_w_is_orthogonal():

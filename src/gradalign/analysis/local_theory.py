@@ -254,7 +254,10 @@ def prop35_step(d: TwoLayerDraw, eta: float) -> dict:
     (Proposition 3.5). Layer 2's gradients are taken at the input x1 computed before layer 1's step (Eq. 28-30,
     and Algorithm 1, which passes on the output computed before the step). Everything the proposition assumes is
     measured before the step: the label logits of both layers, δx2ᵀx2 ≤ δx1ᵀx1 (the condition the proof derives
-    from the assumption), and ‖r‖/‖δx1‖ (how small L2^SGR is)."""
+    from the assumption), and ‖r‖/‖δx1‖ (how small L2^SGR is).
+
+    `first_order`: per variant, dL̂2′/dλ at λ = 0 by autograd through the step (θ̂2′ = θ2′ − ηλG) against the
+    closed form −η δx2′ᵀ G x1′ (`prop35_first_order`), and the issue's form of it (‖δx2‖² for δx2′ᵀδx2)."""
     t1 = d.theta1.clone().requires_grad_(True)
     x1 = t1 @ d.x0
     g1, dx1 = torch.autograd.grad(_ce1(x1 @ d.M1, d.y), (t1, x1))
@@ -277,6 +280,19 @@ def prop35_step(d: TwoLayerDraw, eta: float) -> dict:
     x0_sq = d.x0.square().sum()
     eq29 = x2 - eta * x0_sq * (d.theta2 @ dx1) - eta * x1.square().sum() * dx2c + eta**2 * x0_sq * dx2c * (x1 @ dx1)
     without = (d.theta2 - eta * g2) @ x1_new
+    first_order = {}
+    closed = prop35_first_order(d, x1, x2, dx1, dx2c, without, x1_new, eta)
+    for v in ("autograd", "constant_delta", "as_printed"):
+        lam = torch.zeros((), dtype=F64, requires_grad=True)
+        loss = _ce1((d.theta2 - eta * (g2 + lam * extra[v].detach())) @ x1_new @ d.M2, d.y)
+        (auto,) = torch.autograd.grad(loss, lam)
+        scale = eta * float(extra[v].norm() * x1_new.norm())  # |dL̂2′/dλ| ≤ ‖δx2′‖ times this, ‖δx2′‖ ≤ 2
+        first_order[v] = {
+            "autograd": float(auto),
+            "closed_form": closed[v],
+            "error": abs(float(auto) - closed[v]) / max(scale, 1e-300),
+        }
+    first_order["issue_form"] = closed["issue_form"]
     return {
         "loss_before": float(_ce1(x2 @ d.M2, d.y)),
         "loss_without": float(_ce1(without @ d.M2, d.y)),
@@ -288,4 +304,34 @@ def prop35_step(d: TwoLayerDraw, eta: float) -> dict:
         "relative_sgr": float(rc.norm() / dx1.norm()),
         "eq29_error": float((without - eq29).abs().max()),
         "eq30_error": float((held_grad - extra["constant_delta"]).abs().max()),
+        "first_order": first_order,
+    }
+
+
+def prop35_first_order(d: TwoLayerDraw, x1, x2, dx1, dx2, x2_new, x1_new, eta: float) -> dict:
+    """dL̂2′/dλ at λ = 0 in closed form, exact in η, for each reading of layer 2's SGR step θ̂2′ = θ2′ − ηλG
+    (Eq. 28 and 30; L2^SGR = ½‖r‖², r = δx1 − θ2ᵀδx2). With δx2′ = ∂L2/∂x2 at the plain step's output x2′ (Eq. 29)
+    and ∂L2′/∂θ2′ = δx2′x1′ᵀ, the derivative is −η δx2′ᵀ G x1′, and x1′ = x1 − η‖x0‖²δx1 (Eq. 27) gives
+    rᵀx1′ = (δx1ᵀx1 − δx2ᵀx2) − η‖x0‖² rᵀδx1 (θ2x1 = x2):
+
+    - δx2 held constant, G = −δx2rᵀ (the proof's algebra, a descent step): η (δx2′ᵀδx2)(rᵀx1′);
+    - Eq. 30 as printed, G = +δx2rᵀ: −η (δx2′ᵀδx2)(rᵀx1′);
+    - full autograd, G = −δx2rᵀ − H2θ2r x1ᵀ with H2 = ∂δx2/∂x2 = M2(diag p − ppᵀ)M2ᵀ (δx2 moves with θ2):
+      η [(δx2′ᵀδx2)(rᵀx1′) + (x1ᵀx1′)(δx2′ᵀH2θ2r)].
+
+    `issue_form`: the first, with ‖δx2‖² for δx2′ᵀδx2 (δx2′ = δx2 + O(η)): correct to O(η²λ), the order of the
+    η‖x0‖² term it keeps. Computed from the scalars alone, apart from the autograd of `prop35_step`."""
+    r = dx1 - d.theta2.T @ dx2
+    p2 = torch.softmax(x2 @ d.M2, -1)
+    dx2_new = d.M2 @ (torch.softmax(x2_new @ d.M2, -1) - F.one_hot(torch.tensor(d.y), d.M2.shape[1]).to(F64))
+    h2 = d.M2 @ (torch.diag(p2) - torch.outer(p2, p2)) @ d.M2.T
+    r_x1_new = float(dx1 @ x1 - dx2 @ x2 - eta * d.x0.square().sum() * (r @ dx1))
+    aligned = float(dx2_new @ dx2)
+    descent = eta * aligned * r_x1_new
+    return {
+        "constant_delta": descent,
+        "as_printed": -descent,
+        "autograd": descent + eta * float(x1 @ x1_new) * float(dx2_new @ h2 @ d.theta2 @ r),
+        "issue_form": eta * float(dx2 @ dx2) * r_x1_new,
+        "dx2_new": dx2_new,
     }

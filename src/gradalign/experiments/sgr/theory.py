@@ -77,7 +77,8 @@ def eq7_checks(m: dict) -> dict[str, dict]:
             gradient < EXACT,
             gradient,
             "Eq. 26 vs autograd, and the logit changes vs Eq. 23-24 per unit eta: max error < 1e-12",
-            "δx = −(1−p_y)m_y + Σ_{k≠y} p_k m_k; one step moves logit y by +K/(K−1)(1−p_y)η, logit k by −K/(K−1)p_kη",
+            "δx = −(1 − p_y) m_y + Σ over k ≠ y of p_k m_k; one step moves logit y by +K/(K−1)·(1 − p_y)·η, logit k by "
+            "−K/(K−1)·p_k·η",
         ),
         "lemma_loss_decreases": check(
             lemma,

@@ -28,6 +28,7 @@ class TwoLayerConfig(Config):
     sigma_high: float = 0.3
     small_sgr: float = 0.3  # "L2^SGR small": ‖δx1 − ∂L2/∂x1‖ ≤ 0.3 ‖δx1‖ (our choice)
     threshold: float = 0.95  # the claim holds if L̂2′ ≤ L2′ in at least 95 % of the qualifying draws (our choice)
+    step_sizes: tuple[float, ...] = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)  # η‖x0‖², per draw (our choice)
 
     def validate(self) -> None:
         super().validate()
@@ -41,31 +42,43 @@ class TwoLayerConfig(Config):
         require(self, "sigma_low", 0 < self.sigma_low <= self.sigma_high, "must be in (0, sigma_high]")
         require(self, "small_sgr", self.small_sgr > 0, "must be > 0")
         require(self, "threshold", 0 < self.threshold <= 1, "must be in (0, 1]")
+        require(self, "step_sizes", len(self.step_sizes) >= 1, "must list at least one value of eta |x0|^2")
+        require(self, "step_sizes", all(s > 0 for s in self.step_sizes), "must be > 0")
 
 
 def prop35_checks(m: dict) -> dict[str, dict]:
     """`holds`: per learning rate, the fraction of qualifying draws (assumption true, L2^SGR small) where a descent
-    step on L2 + L2^SGR (autograd) gives L̂2′ ≤ L2′, and the number of such draws."""
+    step on L2 + L2^SGR (autograd) gives L̂2′ ≤ L2′, and the number of such draws. `first_order_error`: the largest
+    gap, over draws, learning rates and the three readings of the SGR step, between dL̂2′/dλ at λ = 0 by autograd
+    and its closed form (`analysis.local_theory.prop35_first_order`), relative to a bound on its size."""
     worst = min(h["fraction"] for h in m["holds"].values())
     enough = all(h["draws"] > 0 for h in m["holds"].values())
     return {
         "eq29_expansion": check(
             m["eq29_error"] < EXACT,
             m["eq29_error"],
-            "max |x2' - Eq. 29| < 1e-12",
+            "max |x2′ − Eq. 29| < 1e-12",
             "x2′ after one step of each layer (Eq. 29)",
+        ),
+        "first_order_difference": check(
+            m["first_order_error"] < EXACT,
+            m["first_order_error"],
+            "dL̂2′/dλ at λ = 0, autograd vs closed form, every draw, η and reading of the SGR step: "
+            "max error / (η ‖G‖ ‖x1′‖) < 1e-12",
+            "to first order in λ, L̂2′ − L2′ = λη (δx2′ᵀδx2)(rᵀx1′) with rᵀx1′ = δx1ᵀx1 − δx2ᵀx2 − η‖x0‖² rᵀδx1 "
+            "(descent step, δx2 held constant; Eq. 27-30)",
         ),
         "eq30_gradient_up_to_sign": check(
             m["eq30_error"] < EXACT,
             m["eq30_error"],
-            "-dx2 r^T (r = dx1 - theta2^T dx2) vs autograd of 1/2 |r|^2 with dx2 held constant: max error < 1e-12",
+            "−δx2 rᵀ (r = δx1 − θ2ᵀδx2) vs autograd of ½‖r‖² with δx2 held constant: max error < 1e-12",
             "Eq. 30's SGR term, whose descent step is +η δx2 rᵀ: Eq. 30 prints −η δx2 rᵀ",
         ),
         "sgr_step_lowers_l2": check(
             enough and worst >= m["threshold"],
             {f"eta={eta}": h for eta, h in m["holds"].items()},
-            f"L2' with SGR <= without in >= {m['threshold']:.0%} of the draws where the assumption holds and "
-            "L2^SGR is small, at every eta",
+            f"L̂2′ ≤ L2′ in ≥ {m['threshold']:.0%} of the draws where the assumption holds and the SGR term is small, "
+            "at every η",
             "one descent step with L2^SGR lowers the inference loss L2′ more than without (Proposition 3.5)",
         ),
     }
@@ -79,16 +92,24 @@ def two_layer(cfg: TwoLayerConfig, device) -> dict:
     gen = torch.Generator().manual_seed(cfg.seed)
     etas = (cfg.eta, *cfg.other_etas)
     rows = {eta: [] for eta in etas}
+    swept = {s: [] for s in cfg.step_sizes}  # the same draws at η = s / ‖x0‖²
+
+    def step(draw, eta, k):
+        row = prop35_step(draw, eta)
+        losses = {
+            "loss L2' without SGR": row["loss_without"],
+            **{f"loss L2' with SGR ({v})": x for v, x in row["loss_with"].items()},
+        }
+        raise_if_exploded(f"sgr.prop35's step of draw {k} (eta = {eta:g})", 1, losses, "lower eta")
+        return row
+
     for k in range(cfg.draws):
         draw = two_layer_draw(cfg.dims, cfg.classes, log_uniform(gen, cfg.sigma_low, cfg.sigma_high), gen)
         for eta in etas:
-            row = prop35_step(draw, eta)
-            losses = {
-                "loss L2' without SGR": row["loss_without"],
-                **{f"loss L2' with SGR ({v})": x for v, x in row["loss_with"].items()},
-            }
-            raise_if_exploded(f"sgr.prop35's step of draw {k} (eta = {eta:g})", 1, losses, "lower eta")
-            rows[eta].append(row)
+            rows[eta].append(step(draw, eta, k))
+        x0_sq = float(draw.x0.square().sum())
+        for s in cfg.step_sizes:
+            swept[s].append(step(draw, s / x0_sq, k))
     conditions = {
         "assumption": lambda r: r["assumption"],
         "not_assumption": lambda r: not r["assumption"],
@@ -106,14 +127,17 @@ def two_layer(cfg: TwoLayerConfig, device) -> dict:
         for eta, rs in rows.items()
     }
     first = rows[cfg.eta]
+    every = [r for rs in (*rows.values(), *swept.values()) for r in rs]
     m = {
         "eq29_error": max(r["eq29_error"] for rs in rows.values() for r in rs),
         "eq30_error": max(r["eq30_error"] for r in first),
+        "first_order_error": max(r["first_order"][v]["error"] for r in every for v in SWEPT_VARIANTS),
         "holds": {eta: table[str(eta)]["autograd"]["assumption"] for eta in etas},
         "threshold": cfg.threshold,
     }
     metrics = {
         **m,
+        "step_size_sweep": _sweep(swept, cfg.small_sgr),
         "holds": {str(eta): h for eta, h in m["holds"].items()},
         "fractions": table,
         "assumption_share": sum(r["assumption"] for r in first) / len(first),
@@ -127,6 +151,36 @@ def two_layer(cfg: TwoLayerConfig, device) -> dict:
         "relative_sgr": [r["relative_sgr"] for r in first],
     }
     return outcome(prop35_checks(m), metrics, curves)
+
+
+SWEPT_VARIANTS = ("as_printed", "constant_delta", "autograd")
+"""The readings of layer 2's SGR step shown against η‖x0‖²: Eq. 30 as printed, the descent step with δx2 held
+constant (the proof's algebra), and the descent step by full autograd."""
+
+
+def _sweep(swept: dict[float, list[dict]], small_sgr: float) -> dict:
+    """Per η‖x0‖² (the same draws): the fraction of the qualifying draws (assumption true, SGR term small) and of
+    all draws where L̂2′ ≤ L2′, per reading; how often the sign of the first-order term (λ = 0) gives the sign of
+    L̂2′ − L2′ at λ = 1; and the median relative error of the issue's form of the first-order term (‖δx2‖² for
+    δx2′ᵀδx2) against the exact one, which grows with η."""
+
+    def fraction(rs, v):
+        return sum(r["loss_with"][v] <= r["loss_without"] for r in rs) / max(len(rs), 1)
+
+    out = {"step_size": list(swept), "qualifying_draws": [], "issue_form_error": []}
+    out |= {f"{group}_{v}": [] for group in ("qualifying", "all", "sign_agrees") for v in SWEPT_VARIANTS}
+    for rs in swept.values():
+        chosen = [r for r in rs if r["assumption"] and r["relative_sgr"] <= small_sgr]
+        out["qualifying_draws"].append(len(chosen))
+        for v in SWEPT_VARIANTS:
+            out[f"qualifying_{v}"].append(fraction(chosen, v))
+            out[f"all_{v}"].append(fraction(rs, v))
+            agree = [(r["loss_with"][v] - r["loss_without"]) * r["first_order"][v]["autograd"] > 0 for r in rs]
+            out[f"sign_agrees_{v}"].append(sum(agree) / len(rs))
+        exact = torch.tensor([r["first_order"]["constant_delta"]["closed_form"] for r in rs], dtype=F64)
+        issue = torch.tensor([r["first_order"]["issue_form"] for r in rs], dtype=F64)
+        out["issue_form_error"].append(float(((issue - exact).abs() / exact.abs().clamp_min(1e-300)).median()))
+    return out
 
 
 # --- Theorem 3.3 ---------------------------------------------------------------------------------------
@@ -286,13 +340,17 @@ EXPERIMENTS = [
             **EXACT_CHOICE,
             "draws": "d0, d1, d2 = 8, 6, 6, K = 4, x0 ~ N(0, I), theta2 at distance sigma (log-uniform in [1e-3, 0.3]) "
             "from the point where both layers' logits agree",
-            "step": "one learning rate for both layers, eta in {0.01, 0.001, 0.1}; lambda = 1",
-            "small SGR term": "|dx1 - theta2^T dx2| <= 0.3 |dx1|",
-            "threshold": "the claim holds if L2' with SGR <= without in >= 95% of the qualifying draws",
+            "step": "one learning rate for both layers, η in {0.01, 0.001, 0.1}; λ = 1",
+            "step sizes": "the same draws at η‖x0‖² in {0.001, 0.003, ..., 10} (η set per draw), for the figure "
+            "of L̂2′ ≤ L2′ against η‖x0‖²; not a check",
+            "small SGR term": "‖δx1 − θ2ᵀδx2‖ ≤ 0.3 ‖δx1‖",
+            "threshold": "the claim holds if L̂2′ ≤ L2′ in ≥ 95% of the qualifying draws",
         },
-        note="Eq. 30 writes the SGR step with the sign of an ascent on L2^SGR; a descent step (what training does) "
-        "lowers L2' less than the plain step in most draws that meet the assumption. With the printed sign the "
-        "conclusion holds where dx2^T x2 <= dx1^T x1, which the stated assumption does not imply.",
+        note="Eq. 30 writes the SGR step with the sign of an ascent on the SGR term; a descent step (what training "
+        "does) lowers L2′ less than the plain step in most draws that meet the assumption at small η. With the "
+        "printed sign the conclusion holds where δx2ᵀx2 ≤ δx1ᵀx1, which the stated assumption does not imply. "
+        "Once η‖x0‖² nears 1, the η‖x0‖² rᵀδx1 term that the proof drops takes over and the descent step helps "
+        "in most draws.",
     ),
     Experiment(
         "sgr.thm33",
