@@ -20,7 +20,10 @@ from gradalign.experiments.sgr.memory import (
     activation_memory,
     memory_checks,
     memory_targets,
+    memory_targets_pooled,
     paper_table5_ratios,
+    pooled_belilovsky_head,
+    step_memory_with_head_share,
 )
 from gradalign.models.resnet_cifar import resnet32
 
@@ -173,6 +176,49 @@ def test_memory_targets():
     assert set(memory_targets({"resnet32": {"sgr": {"3": 0.5}}})) == set()
 
 
+def test_memory_targets_pooled():
+    targets = memory_targets_pooled(
+        {"2": {"resnet32": {"sgr": {"16": 0.32}}}, "4": {"resnet32": {"sgr": {"16": 0.29}}}}
+    )
+    assert not targets["resnet32_sgr_k16_pooled2"]["passed"] and targets["resnet32_sgr_k16_pooled4"]["passed"]
+    assert memory_targets_pooled({"4": {"resnet32": {"sgr": {"2": 0.5}}}}) == {}
+
+
+@pytest.mark.parametrize("method", ["local", "sgr"])
+def test_head_share_keeps_the_peak_and_takes_the_heads_out(method):
+    """The same steps as `step_activation_memory` (same per-module bytes); every local head has a positive
+    share, the last module (the network's own classifier) none; a pooled head weighs less than the full one;
+    and for layer-wise training, module minus head share is what the module alone saves (its output kept)."""
+    torch.manual_seed(0)
+    model = resnet32()
+    x, y = torch.randn(4, 3, 16, 16), torch.randint(0, 10, (4,))
+    reference = step_activation_memory(model, 16, x, y, method=method)
+    measured = step_memory_with_head_share(model, 16, x, y, "belilovsky", method)
+    assert measured["per_module_bytes"] == reference["per_module_bytes"]
+    assert measured["peak_bytes"] == reference["peak_bytes"]
+    assert all(b > 0 for b in measured["head_bytes"][:-1]) and measured["head_bytes"][-1] == 0
+    assert measured["peak_without_heads_bytes"] < measured["peak_bytes"]
+    heads = [pooled_belilovsky_head(c, 10, 4) for c in (16,) * 6 + (32,) * 5 + (64,) * 4]
+    light = step_memory_with_head_share(model, 16, x, y, "belilovsky", method, heads)
+    assert all(a < b for a, b in zip(light["head_bytes"][:-1], measured["head_bytes"][:-1]))
+    if method == "local":
+        from gradalign.models.resnet_cifar import split_into_modules
+
+        alone, inp = [], x
+        for module in split_into_modules(model, 16):
+            saved, out = measure_saved(lambda m=module, i=inp: m(i.detach()), state(module))
+            alone.append(saved)
+            inp = out.detach()
+        without = [a - b for a, b in zip(measured["per_module_bytes"], measured["head_bytes"])]
+        assert without[:-1] == alone[:-1]
+
+
+def test_head_share_refuses_the_wrong_number_of_heads():
+    with pytest.raises(ValueError, match="need 15 local heads"):
+        step_memory_with_head_share(resnet32(), 16, torch.randn(2, 3, 8, 8), torch.zeros(2, dtype=torch.long),
+                                    "belilovsky", "local", [pooled_belilovsky_head(16, 10, 2)])  # fmt: skip
+
+
 def test_paper_table5_ratios():
     rows = {(r["network"], r["method"], r["K"]): r["ratio"] for r in paper_table5_ratios()}
     assert rows[("resnet50", "sgr", 3)] == pytest.approx(15.34 / 21.49)
@@ -191,6 +237,8 @@ def test_paper_table5_ratios():
         {"head": "conv"},
         {"vgg_width": 0.0},
         {"batch": True},
+        {"pooled_head_factors": (1,)},
+        {"pooled_head_factors": (2.5,)},
     ],
 )
 def test_bad_memory_config_is_refused(overrides):
@@ -201,7 +249,9 @@ def test_bad_memory_config_is_refused(overrides):
 def test_smoke_run_passes_its_checks():
     result = activation_memory(MemoryConfig(**SMOKE), "cpu")
     assert all(c["passed"] for c in result["checks"].values()), result["checks"]
-    assert set(result["targets"]) == {"resnet32_sgr_k16", "resnet32_sgr_k2"}
+    assert set(result["targets"]) == {"resnet32_sgr_k16", "resnet32_sgr_k2"} | {
+        f"resnet32_sgr_k16_pooled{f}" for f in MemoryConfig().pooled_head_factors
+    }
     rows = result["metrics"]["rows"]
     assert {(r["network"], r["method"], r["K"]) for r in rows} >= {("resnet32", "sgr", 16), ("vgg57", "local", 55)}
     assert all(0 < r["ratio"] for r in rows)
