@@ -50,6 +50,10 @@ class ShellsData:
     y_unlabeled: torch.Tensor  # true labels, for diagnostics only
     x_test: torch.Tensor
     y_test: torch.Tensor
+    # a validation split drawn like the others (after them, so the earlier splits do not move): for tuning and
+    # early stopping, as the paper tuned its methods (§4); empty unless asked for
+    x_val: torch.Tensor | None = None
+    y_val: torch.Tensor | None = None
 
 
 def make_shells(
@@ -60,15 +64,18 @@ def make_shells(
     seed: int,
     device: str | torch.device = "cpu",
     dtype: torch.dtype = torch.float32,
+    n_val: int = 0,
 ) -> ShellsData:
-    """Labeled, unlabeled and test splits drawn in that order from one CPU generator seeded with `seed`."""
+    """Labeled, unlabeled, test and validation splits drawn in that order from one CPU generator seeded with
+    `seed` (the validation split last, so asking for it leaves the others as they were)."""
     _check_positive("d", d)
     _check_positive("n_labeled", n_labeled)
     _check_positive("n_unlabeled", n_unlabeled, minimum=0)
     _check_positive("n_test", n_test)
+    _check_positive("n_val", n_val, minimum=0)
     if not isinstance(seed, int) or isinstance(seed, bool):
         raise ConfigError(f"seed must be an integer; got {seed!r}")
     gen = torch.Generator().manual_seed(seed)
-    splits = [sample_shells(n, d, gen, dtype) for n in (n_labeled, n_unlabeled, n_test)]
-    (xl, yl), (xu, yu), (xt, yt) = [(x.to(device), y.to(device)) for x, y in splits]
-    return ShellsData(xl, yl, xu, yu, xt, yt)
+    splits = [sample_shells(n, d, gen, dtype) for n in (n_labeled, n_unlabeled, n_test, n_val)]
+    (xl, yl), (xu, yu), (xt, yt), (xv, yv) = [(x.to(device), y.to(device)) for x, y in splits]
+    return ShellsData(xl, yl, xu, yu, xt, yt, xv, yv)

@@ -4,7 +4,12 @@ A 4-layer fully connected ReLU network with 128 hidden units on the shells data 
 either by Adam on the labeled points (the supervised baseline) or by Algorithm 1 (`methods.lga`) with
 the unlabeled points as well. Every `eval_every` steps (0-based step s with s % eval_every == 0): the
 alignment (Eq. 13) of the update θ_{s+1} − θ_s with the principal eigenvector of the test-loss Hessian
-at θ_s (Lanczos on Hessian-vector products, `analysis.hessian`), then test error and loss.
+at θ_s (Lanczos on Hessian-vector products, `analysis.hessian`; skipped with `alignment=False`, as in tuning),
+then test error and loss, the validation split's when the data has one, and LGA's imputed labels: their accuracy
+on the unlabeled pool, their confidence (mean largest probability) and how far they moved from Algorithm 1's
+start w = 0 (mean total-variation distance from the uniform label). At the end: each arm's eval-mode error on its
+own labeled training set, and for LGA the share of parameters whose ε_norm exceeds sqrt(EMA(v⁴)) (Eq. 2), where
+the normalisation is effectively off.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from gradalign.errors import ConfigError, DivergenceError
 from gradalign.methods.lga import ConstantWeight, LGASettings, init_lga, lga_step
 from gradalign.models.mlp import relu_mlp
 from gradalign.params import adam, flat
+from gradalign.run_unit import without_defaults
 from gradalign.training import loop
 from gradalign.training.evaluate import classification_metrics
 from gradalign.training.streams import IndexStream
@@ -35,7 +41,7 @@ a blown-up network finite, so a NaN check alone lets losses of 1e13 through."""
 @dataclass(frozen=True)
 class ShellsTrialSettings(Settings):
     steps: int = 3000  # our choice; the paper does not state its iterations
-    batch: int = 128  # labeled and unlabeled minibatch sizes (our choice)
+    batch: int = 128  # labeled minibatch size (our choice)
     lr: float = 1e-3  # Adam: the supervised baseline and LGA's α_θ (Figure 1's value)
     alpha_w: float = 1e-2  # our choice
     eps_norm: float = 1e-3  # Figure 1's value
@@ -43,9 +49,15 @@ class ShellsTrialSettings(Settings):
     eval_every: int = 150
     hessian_points: int = 2000  # test points whose loss Hessian gives q1 (our choice, for time)
     lanczos_iters: int = 20
+    unlabeled_batch: int = 128  # LGA's unlabeled minibatch size (our choice)
+    alignment: bool = True  # measure the alignment (Eq. 13) at each evaluation; off in tuning (cheap)
+
+    def to_dict(self) -> dict:
+        """The fields added later only where they differ from their defaults: earlier keys stay as they were."""
+        return without_defaults(self, super().to_dict(), ("unlabeled_batch", "alignment"))
 
     def validate(self) -> None:
-        for name in ("steps", "batch", "eval_every", "hessian_points", "lanczos_iters"):
+        for name in ("steps", "batch", "eval_every", "hessian_points", "lanczos_iters", "unlabeled_batch"):
             require(self, name, getattr(self, name) >= 1, "must be >= 1")
         require(self, "eval_every", self.eval_every <= self.steps, "must be <= steps")
         for name in ("lr", "alpha_w", "eps_norm"):
@@ -74,7 +86,7 @@ class ShellsRun:
     def step(self, t: int) -> dict[str, torch.Tensor]:
         s = self.s
         out = {}
-        if self.measured(t):
+        if self.measured(t) and s.alignment:
             raise_if_not_finite(f"shells {self.method}", t - 1, {"parameters": flat([p.detach() for p in self.params])})
             eigenvalue, q1 = model_hessian_top_eigenvector(
                 self.model,
@@ -85,7 +97,7 @@ class ShellsRun:
             )
             before = flat([p.detach() for p in self.params]).clone()
         out["loss"] = self.update(self.labeled.next())
-        if self.measured(t):
+        if self.measured(t) and s.alignment:
             update = flat([p.detach() for p in self.params]) - before
             out["alignment"] = torch.tensor(float(alignment(update, q1)), dtype=torch.float64)
             out["eigenvalue"] = torch.as_tensor(eigenvalue, dtype=torch.float64)
@@ -98,16 +110,33 @@ class ShellsRun:
                 f"shells {self.method} diverged at step {t - 1}: test_loss = {loss:.3g} "
                 f"(over 100x the chance loss ln {N_CLASSES}); lower the learning rate"
             )
-        values = {
-            "alignment": float(last["alignment"]),
-            "test_accuracy": 1 - error / 100,
-            "test_loss": loss,
-            "eigenvalue": float(last["eigenvalue"]),
-        }
+        values = {"test_accuracy": 1 - error / 100, "test_loss": loss}
+        if self.s.alignment:
+            values.update(alignment=float(last["alignment"]), eigenvalue=float(last["eigenvalue"]))
+        values.update(validation_metrics(self.model, self.data))
         if self.method == "lga":
-            imputed = self.lga.w.detach().argmax(-1)
-            values["imputed_accuracy"] = float((imputed == self.data.y_unlabeled).float().mean())
+            values.update(imputed_diagnostics(self.lga.w.detach(), self.data.y_unlabeled))
         return values
+
+
+def validation_metrics(model: torch.nn.Module, data: ShellsData) -> dict[str, float]:
+    """Validation accuracy and loss, when the data has a validation split (else nothing)."""
+    if data.x_val is None or len(data.x_val) == 0:
+        return {}
+    error, loss = classification_metrics(model, data.x_val, data.y_val)
+    return {"val_accuracy": 1 - error / 100, "val_loss": loss}
+
+
+@torch.no_grad()
+def imputed_diagnostics(w: torch.Tensor, y_true: torch.Tensor) -> dict[str, float]:
+    """LGA's imputed labels y_u = softmax(w): accuracy on the unlabeled pool, confidence (mean largest probability),
+    and how far they moved from Algorithm 1's start w = 0 (mean total-variation distance from the uniform label)."""
+    y = torch.softmax(w.double(), -1)
+    return {
+        "imputed_accuracy": float((y.argmax(-1) == y_true).double().mean()),
+        "imputed_confidence": float(y.max(-1).values.mean()),
+        "imputed_moved": float(0.5 * (y - 1.0 / y.shape[-1]).abs().sum(-1).mean()),
+    }
 
 
 def supervised_update(run: ShellsRun, seed: int):
@@ -128,7 +157,7 @@ def supervised_update(run: ShellsRun, seed: int):
 def lga_update(run: ShellsRun, seed: int):
     """Algorithm 1 with T(i) = labeled_weight; its imputed labels are kept on the run (`run.lga`)."""
     s, d = run.s, run.data
-    unlabeled = IndexStream(len(d.x_unlabeled), s.batch, seed + 1)
+    unlabeled = IndexStream(len(d.x_unlabeled), s.unlabeled_batch, seed + 1)
     settings = LGASettings(
         alpha_theta=s.lr, alpha_w=s.alpha_w, eps_norm=s.eps_norm, labeled_weight=ConstantWeight(s.labeled_weight)
     )
@@ -146,10 +175,27 @@ METHODS = {"supervised": supervised_update, "lga": lga_update}
 
 
 def shells_trial(data: ShellsData, method: str, s: ShellsTrialSettings, seed: int) -> dict[str, list[float]]:
-    """Curves of one trial: step, alignment, test accuracy and loss, eigenvalue (LGA: imputed-label accuracy)."""
+    """Curves of one trial: step, alignment, test (and validation) accuracy and loss, eigenvalue (LGA: the imputed
+    labels' accuracy, confidence and distance moved); the finals as one-element lists (`final_*`)."""
     run = ShellsRun(data, method, s, seed)
     out = loop.train(run, s.steps, eval_at=run.measured, name=f"shells {method}")
     curves = {"step": [t - 1 for t in out.history["step"]], **{k: v for k, v in out.history.items() if k != "step"}}
-    error, loss = classification_metrics(run.model, data.x_test, data.y_test)
-    curves["final_test_accuracy"], curves["final_test_loss"] = [1 - error / 100], [loss]
+    curves.update(final_metrics(run.model, data))
+    if method == "lga":
+        curves["final_eps_dominates"] = [eps_dominates(run.lga)]
     return curves
+
+
+def final_metrics(model: torch.nn.Module, data: ShellsData) -> dict[str, list[float]]:
+    """Test accuracy and loss after the last step, and the eval-mode error (%) on the arm's labeled training set."""
+    error, loss = classification_metrics(model, data.x_test, data.y_test)
+    labeled_error, _ = classification_metrics(model, data.x_labeled, data.y_labeled)
+    return {"final_test_accuracy": [1 - error / 100], "final_test_loss": [loss], "final_labeled_error": [labeled_error]}
+
+
+def eps_dominates(state) -> float:
+    """Share of parameters whose ε_norm exceeds sqrt(EMA(v⁴)) (bias-corrected) in Eq. 2's normaliser: there the
+    distance is ε-weighted, i.e. unnormalised."""
+    st = state.settings
+    ema = state.ema_v4 / (1.0 - st.norm_ema_decay ** max(state.step, 1))
+    return float((ema.sqrt() < st.eps_norm).double().mean())

@@ -30,7 +30,7 @@ from gradalign.params import flat
 from gradalign.progress import progress
 from gradalign.training.batched import BatchedAdam, trial_loss, stack_models
 from gradalign.training.evaluate import classification_metrics
-from gradalign.training.shells import DIVERGED_LOSS, ShellsTrialSettings
+from gradalign.training.shells import DIVERGED_LOSS, ShellsTrialSettings, final_metrics, validation_metrics
 from gradalign.training.streams import IndexStream
 
 
@@ -50,7 +50,7 @@ def supervised_trials(datas: list[ShellsData], s: ShellsTrialSettings, seeds: li
     xs, ys = torch.stack([d.x_labeled for d in datas]), torch.stack([d.y_labeled for d in datas])
     rows = torch.arange(len(datas), device=device)[:, None]
     names = list(params)
-    curves = [{"step": [], "alignment": [], "test_accuracy": [], "test_loss": [], "eigenvalue": []} for _ in datas]
+    curves = [{"step": []} for _ in datas]
 
     def load(k: int) -> torch.nn.Module:
         with torch.no_grad():
@@ -64,7 +64,7 @@ def supervised_trials(datas: list[ShellsData], s: ShellsTrialSettings, seeds: li
     with progress(None, desc=f"shells supervised x{len(datas)}", total=s.steps) as bar:
         for t in range(1, s.steps + 1):
             measured = (t - 1) % s.eval_every == 0
-            if measured:
+            if measured and s.alignment:
                 tops, before = [], []
                 for k, (data, seed) in enumerate(zip(datas, seeds)):
                     raise_if_not_finite("shells supervised", t - 1, {"parameters": flat_trial(k)})
@@ -84,8 +84,7 @@ def supervised_trials(datas: list[ShellsData], s: ShellsTrialSettings, seeds: li
             optimizer.step(grads)
             bar.update(1)
             if measured:
-                for k, (data, (eigenvalue, q1)) in enumerate(zip(datas, tops)):
-                    update = flat_trial(k) - before[k]
+                for k, data in enumerate(datas):
                     raise_if_not_finite("shells supervised", t, {"loss": loss[k]})
                     error, test_loss = classification_metrics(load(k), data.x_test, data.y_test)
                     if not test_loss < DIVERGED_LOSS:
@@ -93,13 +92,15 @@ def supervised_trials(datas: list[ShellsData], s: ShellsTrialSettings, seeds: li
                             f"shells supervised (seed {seeds[k]}) diverged at step {t - 1}: test_loss = "
                             f"{test_loss:.3g} (over 100x the chance loss ln {N_CLASSES}); lower the learning rate"
                         )
-                    c = curves[k]
-                    c["step"].append(t - 1)
-                    c["alignment"].append(float(torch.tensor(float(alignment(update, q1)), dtype=torch.float64)))
-                    c["test_accuracy"].append(1 - error / 100)
-                    c["test_loss"].append(test_loss)
-                    c["eigenvalue"].append(float(torch.as_tensor(eigenvalue, dtype=torch.float64)))
+                    values = {"test_accuracy": 1 - error / 100, "test_loss": test_loss}
+                    if s.alignment:
+                        eigenvalue, q1 = tops[k]
+                        values["alignment"] = float(alignment(flat_trial(k) - before[k], q1))
+                        values["eigenvalue"] = float(torch.as_tensor(eigenvalue, dtype=torch.float64))
+                    values.update(validation_metrics(models[k], data))
+                    curves[k]["step"].append(t - 1)
+                    for name, v in values.items():
+                        curves[k].setdefault(name, []).append(v)
     for k, data in enumerate(datas):
-        error, test_loss = classification_metrics(load(k), data.x_test, data.y_test)
-        curves[k]["final_test_accuracy"], curves[k]["final_test_loss"] = [1 - error / 100], [test_loss]
+        curves[k].update(final_metrics(load(k), data))
     return curves

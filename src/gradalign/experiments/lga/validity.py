@@ -97,14 +97,38 @@ QUANTITY = "test error (%) at the lowest validation error"
 
 
 def shells(record: dict) -> dict:
+    """The synthetic study's preconditions from each trial's stored quantities (`shells.trial_finals`): validation
+    error curves of both arms (finished learning), the supervised arm's labeled training error (fits its labels),
+    LGA's final distance of the imputed labels from their start (the mechanism acted)."""
     if "per_trial" not in record["metrics"]:
         return {"evaluated": not_evaluated()}
     trials = record["config"]["trials"]
+    per = record["metrics"]["per_trial"]
+    curves = {f"{m}/trial {k}": c for m in ("supervised", "lga") for k, c in enumerate(per[m].get("val_error", []))}
+    finished = (
+        finished_learning(curves, higher_is_better=False, tolerance=TOLERANCE, metric="validation error (%)")
+        if curves
+        else not_recorded("the runs finished learning", "each trial's validation curve")
+    )
+    labeled = per["supervised"].get("labeled_error")
+    moved = per["lga"].get("imputed_moved")
+    if moved:
+        active = mechanism_active(
+            min(moved) >= MOVED,
+            {"least": round(min(moved), 4), "mean": round(sum(moved) / len(moved), 4), "trials": len(moved)},
+            f"mean total-variation distance of the imputed labels from their initial values >= {MOVED:g}, in every "
+            "trial",
+            "LGA's imputed labels moved",
+        )
+    else:
+        active = not_recorded("the mechanism acted", "how far the imputed labels moved")
     return {
         "enough_seeds": enough_seeds({"lga": trials, "supervised": trials}),
-        "finished_learning": not_recorded("the runs finished learning", "each trial's validation curve"),
-        "fits_labels": not_recorded("the baseline fits its labels", "the supervised arm's labeled training error"),
-        "mechanism_active": not_recorded("the mechanism acted", "how far the imputed labels moved"),
+        "finished_learning": finished,
+        "fits_labels": fits_labels(
+            {f"trial {k}": v for k, v in enumerate(labeled)} if labeled else {"supervised": None}, FIT_ERROR
+        ),
+        "mechanism_active": active,
     }
 
 
