@@ -53,7 +53,10 @@ def test_a_bp_free_block_gets_the_analytic_gradient_of_its_own_etf_loss():
 def test_bp_free_run_specs():
     cfg = EXPERIMENTS["sgr.tab4"].resolve("cpu")
     s = cfg.spec(cfg.network, "sgr", cfg.depth, "fashion_mnist", 0)
-    assert (s.network, s.method.modules, s.method.head_kind, s.width) == ("mlp4", 4, "etf", 0.25)
+    assert (s.network, s.method.modules, s.method.head_kind, s.width) == ("mlp4", 4, "etf", 1.0)  # 1,024 units
+    old = EXPERIMENTS["sgr.fig2"].resolve("cpu")  # the figures keep their stored runs' settings
+    assert (old.width, old.lrs, old.baseline_lrs) == (0.25, (), ())
+    assert "lrs" not in old.to_dict() and "validation" not in old.to_dict()  # their record keys unchanged
     with pytest.raises(ConfigError, match="method.modules must be one of"):
         tl.LocalRunSpec(network="mlp4", method=LocalSettings(method="sgr", modules=3, head="etf"))
     with pytest.raises(ConfigError, match="network must be"):
@@ -160,7 +163,8 @@ def test_tab4_and_figures_share_their_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))
     monkeypatch.setenv("GRADALIGN_PROGRESS", "0")
     small = {"n_train": 64, "n_test": 32, "width": 0.01, "protocol.batch_size": 32, "protocol.epochs": 1}
-    tab4 = EXPERIMENTS["sgr.tab4"].run(EXPERIMENTS["sgr.tab4"].resolve("smoke", small), "cpu")
+    untuned = {**small, "lrs": [], "baseline_lrs": []}
+    tab4 = EXPERIMENTS["sgr.tab4"].run(EXPERIMENTS["sgr.tab4"].resolve("smoke", untuned), "cpu")
     entries = sorted((tmp_path / "runs" / "sgr.local").glob("*.json"))
     assert len(entries) == 3 * 2  # three methods, two seeds
     assert len(list((tmp_path / "runs" / "sgr.bpfree").glob("*.json"))) == 4 * 2  # four baselines
@@ -177,6 +181,32 @@ def test_tab4_and_figures_share_their_runs(tmp_path, monkeypatch):
         "reforward",
         "sgr",
     }
+
+
+def test_tab4_tunes_every_lr_on_held_out_training_images_then_runs_the_chosen(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))
+    monkeypatch.setenv("GRADALIGN_PROGRESS", "0")
+    small = {"n_train": 64, "validation": 64, "n_test": 32, "width": 0.01, "protocol.batch_size": 32, "seeds": 1}
+    small |= {"protocol.epochs": 1, "lrs": [0.01, 0.1], "baseline_lrs": [0.01], "baselines": ["fa"]}
+    cfg = EXPERIMENTS["sgr.tab4"].resolve("smoke", small)
+    tuning = bp_free.tune(cfg, "cpu")["fashion_mnist"]
+    assert set(tuning) == {"fa", "layerwise", "reforward", "sgr"}
+    for m, entry in tuning.items():
+        assert set(entry["grid"]) == ({"0.01"} if m == "fa" else {"0.01", "0.1"})
+        assert entry["grid"][f"{entry['chosen']:g}"] == max(entry["grid"].values())
+    tune_spec = cfg.local_spec("sgr", "fashion_mnist", 0, 0.1, tune=True)
+    assert (tune_spec.validation, tune_spec.n_test, tune_spec.protocol.lr) == (64, 0, 0.1)
+    final = cfg.local_spec("sgr", "fashion_mnist", 0, tuning["sgr"]["chosen"])
+    assert (final.validation, final.protocol.lr) == (0, tuning["sgr"]["chosen"])
+    record = EXPERIMENTS["sgr.tab4"].run(cfg, "cpu")
+    assert record["metrics"]["tuning"]["fashion_mnist"] == tuning  # read back, not retrained
+
+
+def test_tab4_refuses_a_training_set_that_leaves_no_validation():
+    with pytest.raises(ConfigError, match="n_train"):
+        EXPERIMENTS["sgr.tab4"].resolve("cpu", {"n_train": 0})
+    with pytest.raises(ConfigError, match="n_train"):
+        EXPERIMENTS["sgr.tab4"].resolve("cpu", {"n_train": 58000, "validation": 5000})
 
 
 def test_input_effect_is_zero_without_updates_and_the_recomputed_loss_change_with_them():

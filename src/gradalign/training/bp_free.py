@@ -38,6 +38,7 @@ class BPFreeRunSpec(Settings):
     n_test: int = 0
     seed: int = 0
     data_seed: int = 0  # the train/test subsets (training.local.local_data)
+    validation: int = 0  # > 0: evaluate on that many held-out training images (training.local.local_data)
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -49,14 +50,15 @@ class BPFreeRunSpec(Settings):
         require(self, "activation", self.activation in ("relu", "tanh"), "must be 'relu' or 'tanh'")
         require(self, "n_train", self.n_train == 0 or self.n_train >= self.protocol.batch_size, "must be 0 or >= batch")
         require(self, "n_test", self.n_test >= 0, "must be >= 0")
+        require(self, "validation", self.validation >= 0, "must be >= 0")
 
     @property
     def title(self) -> str:
         return f"{BASELINE_TITLES[self.method]} mlp{self.depth} seed {self.seed}"
 
     def to_dict(self) -> dict:
-        """The run-cache key's fields; `data_seed` only when not 0 (runs stored before it keep their keys)."""
-        return without_defaults(self, super().to_dict(), ("data_seed",))
+        """The run-cache key's fields; `data_seed`, `validation` only when not 0 (older runs keep their keys)."""
+        return without_defaults(self, super().to_dict(), ("data_seed", "validation"))
 
 
 class BPFreeRun(LocalRun):
@@ -99,7 +101,7 @@ def _train_unit(spec: BPFreeRunSpec, device, checkpoint) -> dict:
     from gradalign.runtime import select_device
 
     device = select_device() if device is None else device
-    data = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed)
+    data = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed, spec.validation)
     return train_local(spec, device, checkpoint, data=data, make_run=BPFreeRun, version=RUN_VERSION)
 
 

@@ -135,10 +135,12 @@ class LocalRunSpec(Settings):
     n_test: int = 0  # test subset (0: the whole test split)
     seed: int = 0  # initialisation, batch order and augmentation
     data_seed: int = 0  # the train/test subsets: the same images for every method and seed (our choice)
+    validation: int = 0  # > 0: evaluate on that many held-out training images instead of the test split
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
 
+        require(self, "validation", self.validation >= 0, "must be >= 0")
         ok = known_network(self.network)
         require(self, "network", ok, "must be resnet32, plainnet32, vgg<d> (d = 5m + 2) or mlp<L> (L >= 1)")
         splits = network_splits(self.network)
@@ -154,9 +156,9 @@ class LocalRunSpec(Settings):
         return f"{TITLES[self.method.method]} K={self.method.modules} {self.network} seed {self.seed}"
 
     def to_dict(self) -> dict:
-        """The run-cache key's fields; `data_seed` only when it is not 0, so that runs stored before the field
-        existed keep their keys."""
-        return without_defaults(self, super().to_dict(), ("data_seed",))
+        """The run-cache key's fields; `data_seed` and `validation` only when they are not 0, so that runs stored
+        before the fields existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("data_seed", "validation"))
 
 
 # --- the network, its modules and heads --------------------------------------------------------------------
@@ -328,7 +330,8 @@ def train_local(
     from gradalign.data.image_sets import image_set_info
 
     device = torch.device(device)
-    data = data if data is not None else local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed)
+    if data is None:
+        data = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed, spec.validation)
     run = make_run(spec, data, device)
     classes = image_set_info(spec.dataset).num_classes
     failure = None

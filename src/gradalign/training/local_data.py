@@ -30,21 +30,40 @@ class LocalData:
         return data_digest(self.images, self.labels, self.test_x, self.test_y)
 
 
-def local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int = 0) -> LocalData:
+def local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int = 0, validation: int = 0) -> LocalData:
     """The (subset of the) data set on `device`, test images normalised with the recorded channel statistics;
-    the subsets drawn with `data_seed` (train) and `data_seed + 1` (test)."""
+    the subsets drawn with `data_seed` (train) and `data_seed + 1` (test). `validation` > 0: the evaluation set
+    is that many training images held out from the training subset (one permutation drawn with `data_seed`:
+    the first `n_train` train, the next `validation` evaluate; 0 train images: all the others), and the test
+    split is not read (learning rates and λ are chosen on it: our choice)."""
     from gradalign.training.data_cache import cached_data
 
-    key = ("local_data", dataset, n_train, n_test, data_seed, str(device))
-    return cached_data(key, lambda: _local_data(dataset, n_train, n_test, device, data_seed))
+    key = ("local_data", dataset, n_train, n_test, data_seed, str(device), validation)
+    return cached_data(key, lambda: _local_data(dataset, n_train, n_test, device, data_seed, validation))
 
 
-def _local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int) -> LocalData:
+def _split_validation(images, labels, n_train: int, validation: int, seed: int):
+    from gradalign.errors import ConfigError
+
+    n_train = n_train or len(images) - validation
+    if n_train <= 0 or n_train + validation > len(images):
+        raise ConfigError(f"{n_train:,} training + {validation:,} validation images exceed the {len(images):,} held")
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(seed))
+    train, held = order[:n_train], order[n_train : n_train + validation]
+    return images[train], labels[train], images[held], labels[held]
+
+
+def _local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int, validation: int = 0) -> LocalData:
     from gradalign.data.image_sets import image_set_info, load_image_set, random_subset
 
     info = image_set_info(dataset)
-    images, labels = random_subset(*load_image_set(dataset, "train"), n_train, data_seed)
-    test_images, test_labels = random_subset(*load_image_set(dataset, "test"), n_test, data_seed + 1)
+    if validation:
+        images, labels, test_images, test_labels = _split_validation(
+            *load_image_set(dataset, "train"), n_train, validation, data_seed
+        )
+    else:
+        images, labels = random_subset(*load_image_set(dataset, "train"), n_train, data_seed)
+        test_images, test_labels = random_subset(*load_image_set(dataset, "test"), n_test, data_seed + 1)
     test_x = normalise(test_images.float() / 255, info.mean, info.std)
     return LocalData(
         images.to(device), labels.to(device), test_x.to(device), test_labels.to(device), info.mean, info.std

@@ -1,6 +1,17 @@
 """SGR part (Yang et al. 2024): the experiments of each module, in the order of the book's pages."""
 
-from gradalign.experiments.sgr import attributes, bp_free, gradient_cost, imagenet, local_bp, memory, theory, two_layer
+from gradalign.experiments.sgr import (
+    attributes,
+    bp_free,
+    gradient_cost,
+    imagenet,
+    lambda_pilot,
+    local_bp,
+    memory,
+    theory,
+    two_layer,
+)
 
-EXPERIMENTS = theory.EXPERIMENTS + two_layer.EXPERIMENTS + gradient_cost.EXPERIMENTS + local_bp.EXPERIMENTS
+EXPERIMENTS = theory.EXPERIMENTS + two_layer.EXPERIMENTS + gradient_cost.EXPERIMENTS + lambda_pilot.EXPERIMENTS
+EXPERIMENTS += local_bp.EXPERIMENTS
 EXPERIMENTS += attributes.EXPERIMENTS + bp_free.EXPERIMENTS + memory.EXPERIMENTS + imagenet.EXPERIMENTS

@@ -51,10 +51,18 @@ class BPFreeConfig(LocalBPConfig):
     # every baseline's learning rate (our choice, from a 3-epoch probe, see CHOICES; the PEPITA code's rate: at
     # 0.1, the probe's pick, all 3 cpu seeds of PEPITA diverged in epoch 1)
     baseline_lr: float = 0.01
+    # learning rates tuned on validation (issue 28): each method's final runs use the rate of its grid with the
+    # highest validation accuracy of a `tune_epochs` run (seed `seed`) scored on `validation` held-out training
+    # images; empty grids: no tuning (lr = protocol.lr for SGR's methods, baseline_lr for the baselines)
+    lrs: tuple[float, ...] = ()  # layer-wise, reforward, SGR
+    baseline_lrs: tuple[float, ...] = ()  # FA, DFA, DRTP, PEPITA
+    tune_epochs: int = 3
+    validation: int = 5000
 
     def to_dict(self) -> dict:
-        """`baseline_lr` only when not its default: records stored before the field existed keep their keys."""
-        return without_defaults(self, super().to_dict(), ("baseline_lr",))
+        """The fields added later only when not their defaults: records stored before them keep their keys."""
+        later = ("baseline_lr", "lrs", "baseline_lrs", "tune_epochs", "validation")
+        return without_defaults(self, super().to_dict(), later)
 
     def validate(self) -> None:
         super().validate()
@@ -63,6 +71,15 @@ class BPFreeConfig(LocalBPConfig):
         require(self, "methods", set(self.methods) <= set(BP_FREE_METHODS), f"must be among {BP_FREE_METHODS}")
         require(self, "baselines", set(self.baselines) <= set(BASELINES), f"must be among {BASELINES}")
         require(self, "baseline_lr", self.baseline_lr > 0, "must be > 0")
+        require(self, "lrs", all(v > 0 for v in self.lrs), "must be > 0")
+        require(self, "baseline_lrs", all(v > 0 for v in self.baseline_lrs), "must be > 0")
+        require(self, "tune_epochs", self.tune_epochs >= 1, "must be >= 1")
+        require(self, "validation", self.validation >= 1, "must be >= 1")
+        if self.lrs or self.baseline_lrs:
+            from gradalign.data.image_sets import TRAIN_SIZES
+
+            room = min(TRAIN_SIZES[d] for d in self.datasets) - self.validation
+            require(self, "n_train", 0 < self.n_train <= room, f"must be in 1 … {room:,} to hold out the validation")
         if "cifar100" in self.datasets:
             require(self, "width", round(1024 * self.width) >= 100, "must give >= 100 units for CIFAR-100's ETF")
 
@@ -73,27 +90,65 @@ class BPFreeConfig(LocalBPConfig):
     def method(self, name: str, modules: int):
         return replace(super().method(name, modules), head="etf")
 
-    def baseline_spec(self, method: str, dataset: str, seed: int):
+    def baseline_spec(self, method: str, dataset: str, seed: int, lr: float | None = None, tune: bool = False):
+        """A baseline's run at `lr` (None: `baseline_lr`); `tune`: the tuning run (validation, tune_epochs)."""
         from gradalign.training.bp_free import BPFreeRunSpec
 
+        protocol = replace(self.protocol, lr=self.baseline_lr if lr is None else lr)
         return BPFreeRunSpec(
             method=method,
-            protocol=replace(self.protocol, lr=self.baseline_lr),
+            protocol=replace(protocol, epochs=self.tune_epochs) if tune else protocol,
             dataset=dataset,
             depth=self.depth,
             width=self.width,
             activation=BASELINE_ACTIVATIONS[method],
             n_train=self.n_train,
-            n_test=self.n_test,
+            n_test=0 if tune else self.n_test,
             seed=seed,
             data_seed=self.data_seed,
+            validation=self.validation if tune else 0,
         )
+
+    def local_spec(self, method: str, dataset: str, seed: int, lr: float | None = None, tune: bool = False):
+        """A layer-wise / reforward / SGR run at `lr` (None: protocol.lr); `tune` as for `baseline_spec`."""
+        spec = self.spec(self.network, method, self.depth, dataset, seed)
+        protocol = replace(spec.protocol, lr=spec.protocol.lr if lr is None else lr)
+        if tune:
+            protocol = replace(protocol, epochs=self.tune_epochs)
+            return replace(spec, protocol=protocol, n_test=0, validation=self.validation)
+        return replace(spec, protocol=protocol)
+
+    def unit(self, method: str, dataset: str, seed: int, lr: float | None = None, tune: bool = False, device=None):
+        from gradalign.training.bp_free import bp_free_unit
+        from gradalign.training.local import local_unit
+
+        if method in BASELINES:
+            return bp_free_unit(self.baseline_spec(method, dataset, seed, lr, tune), device)
+        return local_unit(self.local_spec(method, dataset, seed, lr, tune), device)
+
+    def grid(self, method: str) -> tuple[float, ...]:
+        return self.baseline_lrs if method in BASELINES else self.lrs
 
 
 def unused_settings(cfg: BPFreeConfig) -> dict[str, str]:
-    """Figures 2-4 compare layer-wise training with SGR only (`Experiment.unused`)."""
+    """Figures 2-4 compare layer-wise training with SGR only and tune nothing (`Experiment.unused`)."""
     why = f"the figures compare {' and '.join(FIGURE_METHODS)} only"
-    return {"methods": why, "baselines": why, "baseline_lr": why}
+    untuned = "the figures read runs at protocol.lr, not tuned"
+    return {"methods": why, "baselines": why, "baseline_lr": why} | dict.fromkeys(
+        ("lrs", "baseline_lrs", "tune_epochs", "validation"), untuned
+    )
+
+
+def table4_unused(cfg: BPFreeConfig) -> dict[str, str]:
+    """With an lr grid, the untuned rate of those methods is not used; without grids, the tuning settings."""
+    out = {}
+    if cfg.lrs:
+        out["protocol.lr"] = "the local methods' rate is tuned on validation (lrs)"
+    if cfg.baseline_lrs:
+        out["baseline_lr"] = "the baselines' rate is tuned on validation (baseline_lrs)"
+    if not (cfg.lrs or cfg.baseline_lrs):
+        out |= dict.fromkeys(("tune_epochs", "validation"), "no lr grid: nothing is tuned")
+    return out
 
 
 def figure_jobs(cfg: BPFreeConfig, methods=FIGURE_METHODS) -> list[tuple[str, str, int, str]]:
@@ -105,11 +160,54 @@ def baseline_jobs(cfg: BPFreeConfig) -> list[tuple[str, str, int]]:
 
 
 def table4_units(cfg: BPFreeConfig) -> list:
-    from gradalign.experiments.sgr.local_runs import group_units
-    from gradalign.training.bp_free import bp_free_unit
+    """Every run Table 4 may read, as run-cache units (`gradalign sweep`): the tuning runs of each method's lr grid
+    and the final runs at every rate of the grid (which of them the table reads depends on the tuning; a sweep
+    computes them all), or at the untuned rate where a method has no grid."""
+    methods = (*cfg.baselines, *cfg.methods)
+    seeds = range(cfg.seed, cfg.seed + cfg.seeds)
+    units = [cfg.unit(m, d, cfg.seed, lr, tune=True) for d in cfg.datasets for m in methods for lr in cfg.grid(m)]
+    for d in cfg.datasets:
+        for m in methods:
+            units += [cfg.unit(m, d, s, lr) for lr in (cfg.grid(m) or (None,)) for s in seeds]
+    return units
 
-    baselines = [bp_free_unit(cfg.baseline_spec(*job)) for job in baseline_jobs(cfg)]
-    return group_units(cfg, figure_jobs(cfg, cfg.methods)) + baselines
+
+def tune(cfg: BPFreeConfig, device) -> dict:
+    """{dataset: {method: {"grid": {lr: validation accuracy}, "chosen": lr}}} for every method with a grid: the
+    highest validation accuracy of a `tune_epochs` run at seed `seed` (ties: the smaller lr; a diverged run
+    scores 0)."""
+    from gradalign.errors import DivergenceError
+    from gradalign.progress import progress
+
+    jobs = [(d, m, lr) for d in cfg.datasets for m in (*cfg.baselines, *cfg.methods) for lr in cfg.grid(m)]
+    out: dict = {}
+    for d, m, lr in progress(jobs, desc="lr tuning on validation"):
+        try:
+            run = cfg.unit(m, d, cfg.seed, lr, tune=True, device=device).run()
+            acc, seconds = round(run["final_test_acc"], 2), run["train_seconds"]
+        except DivergenceError:
+            acc, seconds = 0.0, 0.0
+        entry = out.setdefault(d, {}).setdefault(m, {"grid": {}, "seconds": 0.0})
+        entry["grid"][f"{lr:g}"] = acc
+        entry["seconds"] += seconds
+    for by_method in out.values():
+        for entry in by_method.values():
+            entry["chosen"] = float(max(entry["grid"], key=lambda lr: (entry["grid"][lr], -float(lr))))
+    return out
+
+
+def _tuned_runs(cfg: BPFreeConfig, tuning: dict, device) -> dict:
+    """{(network, method, K, dataset): [one run per seed]} at each method's tuned lr (its default where untuned)."""
+    from gradalign.progress import progress
+
+    methods = (*cfg.baselines, *cfg.methods)
+    seeds = range(cfg.seed, cfg.seed + cfg.seeds)
+    jobs = [(d, m, s) for d in cfg.datasets for m in methods for s in seeds]
+    runs: dict[tuple, list[dict]] = {}
+    for d, m, s in progress(jobs, desc="BP-free runs"):
+        lr = tuning.get(d, {}).get(m, {}).get("chosen")
+        runs.setdefault((cfg.network, m, cfg.depth, d), []).append(cfg.unit(m, d, s, lr, device=device).run())
+    return runs
 
 
 def _baseline_runs(cfg: BPFreeConfig, device) -> dict:
@@ -174,8 +272,12 @@ def table4_checks(table: dict) -> dict:
 
 
 def table4(cfg: BPFreeConfig, device) -> dict:
-    runs = _runs(cfg, cfg.methods, device)
-    runs.update({(cfg.network, m, cfg.depth, d): group for (m, d), group in _baseline_runs(cfg, device).items()})
+    tuning = tune(cfg, device) if cfg.lrs or cfg.baseline_lrs else {}
+    if tuning:
+        runs = _tuned_runs(cfg, tuning, device)
+    else:
+        runs = _runs(cfg, cfg.methods, device)
+        runs.update({(cfg.network, m, cfg.depth, d): group for (m, d), group in _baseline_runs(cfg, device).items()})
     tables, curves, checks = {}, {}, {}
     for d in cfg.datasets:
         methods = (*cfg.baselines, *cfg.methods)
@@ -184,6 +286,8 @@ def table4(cfg: BPFreeConfig, device) -> dict:
         checks.update(_prefixed(cfg, d, table4_checks(tables[d])))
     seconds = sum(s["train_seconds"] for t in tables.values() for s in t.values())
     metrics = {"table": tables, "train_seconds": seconds, "network": cfg.network}
+    if tuning:
+        metrics["tuning"] = tuning
     return outcome(checks, metrics, curves, scope=scope(cfg, ("cifar10", "cifar100")))
 
 
@@ -344,6 +448,27 @@ PRESETS = {
     "paper": {"datasets": ("cifar10", "cifar100"), "width": 1.0, "seeds": 3, "protocol.epochs": 200},
 }
 FIGURE_PRESETS = {**PRESETS, "paper": {**PRESETS["paper"], "datasets": ("cifar10",)}}
+TUNED = {  # issue 28: every method's lr tuned on validation (grids: our choice)
+    "lrs": (0.01, 0.03, 0.1),
+    "baseline_lrs": (0.003, 0.01, 0.03),
+    "tune_epochs": 3,
+    "validation": 5000,
+}
+# Table 4 at the PEPITA protocol's width (1,024 units), sized to one CPU core: 12,800 training images, 10 epochs
+PRESETS = {
+    **PRESETS,
+    "smoke": {
+        **PRESETS["smoke"],
+        **TUNED,
+        "lrs": (0.03, 0.1),
+        "baseline_lrs": (0.01,),
+        "tune_epochs": 1,
+        "validation": 256,
+    },
+    "cpu": {"width": 1.0, "n_train": 12800, "seeds": 3, "protocol.epochs": 10, **TUNED},
+    "gpu": {**PRESETS["gpu"], **TUNED, "n_train": 55000},
+    "paper": {**PRESETS["paper"], **TUNED, "n_train": 45000},
+}
 CHOICES = {
     "network": "BP-free PlainNet = 4 fully connected blocks (Linear -> ReLU, 1,024 x width units), each a module "
     "with a fixed ETF head; the paper states neither depth nor width",
@@ -384,7 +509,7 @@ def _experiment(element_id: str, run, presets: dict, unused=None) -> Experiment:
 
 
 EXPERIMENTS = [
-    _experiment("sgr.tab4", table4, PRESETS),
+    _experiment("sgr.tab4", table4, PRESETS, table4_unused),
     _experiment("sgr.fig2", figure2, FIGURE_PRESETS, unused_settings),
     _experiment("sgr.fig3", figure3, FIGURE_PRESETS, unused_settings),
     _experiment("sgr.fig4", figure4, FIGURE_PRESETS, unused_settings),

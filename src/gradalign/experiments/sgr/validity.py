@@ -102,6 +102,12 @@ def bp_free(record: dict) -> dict:
     return {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(c, keys), "mechanism_active": active}
 
 
+def lam(record: dict) -> dict:
+    """The λ pilot: one seed of short runs per setting, so its claim check stays inconclusive by design."""
+    seeds = {f"{r['network']}/K={r['K']}/{r['reduction']} λ={r['lam']:g}": 1 for r in record["metrics"]["rows"]}
+    return {"enough_seeds": enough_seeds(seeds)}
+
+
 def fig3(record: dict) -> dict:
     return {"evaluated": not_evaluated()}
 
@@ -162,4 +168,37 @@ VALIDITY = {
     "sgr.fig2": (bp_free, fig2_claims),
     "sgr.fig4": (bp_free, fig4_claims),
     "sgr.fig3": (fig3, None),
+    "sgr.lam": (lam, None),
 }
+
+
+# --- the mechanism-active precondition, as every SGR training page shows it ----------------------------------
+
+
+def mechanism_summary(record: dict) -> tuple[str, dict]:
+    """(one sentence, {setting: {SGR's term, the reference's, ratio}}) of a record's mechanism-active precondition
+    (`_active`), with the λ and reduction it was measured at and whether that λ is the pilot's calibrated one."""
+    from gradalign.experiments.sgr.local_runs import CALIBRATED
+
+    pre = record.get("preconditions", {}).get("mechanism_active")
+    cfg = record["config"]
+    if pre is None:
+        return f"{record['id']}: the mechanism-active precondition is not part of this record.", {}
+    setting = (cfg.get("reduction", "mean"), float(cfg.get("lam", 1.0)))
+    which = (
+        "the calibrated λ of our pilot (sgr.lam)"
+        if setting == (CALIBRATED["reduction"], CALIBRATED["lam"])
+        else "App. E's uncalibrated λ"
+        if setting == ("mean", 1.0)
+        else "a λ of its config"
+    )
+    status = "met" if pre["passed"] else "not met" if pre["passed"] is False else "not measured"
+    text = (
+        f"{record['id']}, λ = {setting[1]:g} with the {setting[0]} reduction ({which}): the mechanism-active "
+        f"precondition is {status}. Rule: {pre['rule']}."
+    )
+    value = pre.get("value")
+    rows = {k: v for k, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
+    if not rows and value is not None:
+        text += f" Measured: {value}."
+    return text, rows
