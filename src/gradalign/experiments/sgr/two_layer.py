@@ -76,10 +76,10 @@ def prop35_checks(m: dict) -> dict[str, dict]:
         ),
         "sgr_step_lowers_l2": check(
             enough and worst >= m["threshold"],
-            {f"eta={eta}": h for eta, h in m["holds"].items()},
+            {f"η = {eta}": h for eta, h in m["holds"].items()},
             f"L̂2′ ≤ L2′ in ≥ {m['threshold']:.0%} of the draws where the assumption holds and the SGR term is small, "
             "at every η",
-            "one descent step with L2^SGR lowers the inference loss L2′ more than without (Proposition 3.5)",
+            "one descent step with the SGR term lowers the inference loss L2′ more than one without it (Prop. 3.5)",
         ),
     }
 
