@@ -201,6 +201,9 @@ def test_head_share_keeps_the_peak_and_takes_the_heads_out(method):
     heads = [pooled_belilovsky_head(c, 10, 4) for c in (16,) * 6 + (32,) * 5 + (64,) * 4]
     light = step_memory_with_head_share(model, 16, x, y, "belilovsky", method, heads)
     assert all(a < b for a, b in zip(light["head_bytes"][:-1], measured["head_bytes"][:-1]))
+    layerwise = step_memory_with_head_share(model, 16, x, y, "belilovsky", "local")
+    assert measured["head_bytes"][0] == layerwise["head_bytes"][0]  # module 1 has no SGR term
+    assert method == "local" or all(a > b for a, b in zip(measured["head_bytes"][1:-1], layerwise["head_bytes"][1:]))
     if method == "local":
         from gradalign.models.resnet_cifar import split_into_modules
 

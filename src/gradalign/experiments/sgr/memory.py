@@ -204,11 +204,12 @@ def step_memory_with_head_share(
     heads: list[torch.nn.Module] | None = None,
 ) -> dict:
     """`analysis.activation_memory.step_activation_memory`'s count (the same steps, the same peak), and per module
-    the share of its local head: the bytes the head and its loss save, with SGR (Eq. 5) also the graph of their
-    gradient at the head's input (`create_graph=True`), measured alone on the module's output. The head's input is
-    the module's output, which the module saves too: it is counted as the module's. The last module's head is the
-    network's own classifier, in global BP's count too: its share is 0. `heads`: K − 1 local heads in place of
-    `head`'s (the variant). "Without heads": the max over modules of module minus head share."""
+    the share of its local head: the bytes the head and its loss save, with SGR (Eq. 5, modules k ≥ 2) also the
+    graph of their gradient at the head's input (`create_graph=True`), measured alone on the module's output. The
+    head's input is the module's output, which the module saves too: it counts as the module's; anything else the
+    head's measurement saves counts as the head's. The last module's head is the network's own classifier, in global
+    BP's count too: its share is 0. `heads`: K − 1 local heads in place of `head`'s (the variant). "Without heads":
+    the max over modules of module minus head share."""
     from torch.nn import functional as F
 
     from gradalign.analysis.activation_memory import local_step_plan, measure_saved, run_local_step
@@ -224,16 +225,17 @@ def step_memory_with_head_share(
         if delta is None and method == "sgr":  # δ of this module for the next one (outside the measured part)
             delta = torch.autograd.grad(objective, out, retain_graph=True)[0]
         out = out.detach()
-        classifier = heads[len(per_module)]
+        k = len(per_module)
+        classifier = heads[k]
 
         def head_alone():
             z = out.detach().requires_grad_(True)
             loss = F.cross_entropy(classifier(z), y)
-            if method == "sgr":
+            if method == "sgr" and k > 0:  # the first module has no SGR term (Algorithm 1)
                 torch.autograd.grad(loss, z, create_graph=True)
             return loss
 
-        local = len(per_module) < modules - 1
+        local = k < modules - 1
         state_of_head = [*classifier.parameters(), *classifier.buffers(), out]
         head_share.append(measure_saved(head_alone, state_of_head)[0] if local else 0)
         per_module.append(saved)
