@@ -26,7 +26,6 @@ PENDING = {
     ("no_raw_ascii_math_in_tables", "book/report.html"): f"element titles and {CHECK_TEXT}",
     ("no_raw_ascii_math_in_tables", "notebooks/lga/01_linear_regression.html"): CHECK_TEXT,
     ("no_raw_ascii_math_in_tables", "notebooks/metagrad/01_theory.html"): CHECK_TEXT,
-    ("no_raw_ascii_math_in_tables", "notebooks/sgr/01_theory.html"): CHECK_TEXT,
 }
 
 
