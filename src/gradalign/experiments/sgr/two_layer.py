@@ -349,8 +349,8 @@ EXPERIMENTS = [
         note="Eq. 30 writes the SGR step with the sign of an ascent on the SGR term; a descent step (what training "
         "does) lowers L2′ less than the plain step in most draws that meet the assumption at small η. With the "
         "printed sign the conclusion holds where δx2ᵀx2 ≤ δx1ᵀx1, which the stated assumption does not imply. "
-        "Once η‖x0‖² nears 1, the η‖x0‖² rᵀδx1 term that the proof drops takes over and the descent step helps "
-        "in most draws.",
+        "As η‖x0‖² grows past 1, the η‖x0‖² rᵀδx1 term that the proof drops takes over, and the descent step "
+        "comes to help in most draws (the page's sweep over η‖x0‖²).",
     ),
     Experiment(
         "sgr.thm33",
