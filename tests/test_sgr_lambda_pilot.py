@@ -86,3 +86,21 @@ def test_pilot_refuses_settings_without_the_papers_lambda():
         EXPERIMENTS["sgr.lam"].resolve("smoke", {"mean_lams": [10.0]})
     with pytest.raises(ConfigError, match="validation"):
         EXPERIMENTS["sgr.lam"].resolve("smoke", {"validation": 0})
+
+
+def test_mechanism_summary_names_the_lambda_and_whether_the_term_acted():
+    from gradalign.experiments.sgr.local_runs import CALIBRATED
+    from gradalign.experiments.sgr.validity import tab3, mechanism_summary
+
+    curve = lambda term: {"test_acc": [[1.0, 2.0]] * 3, "sgr": [[0.1, term]] * 3}  # noqa: E731
+    curves = {"fashion_mnist/resnet32/sgr": curve(0.2), "fashion_mnist/resnet32/layerwise": curve(1.0)}
+    config = {"datasets": ["fashion_mnist"], "networks": ["resnet32"], "methods": ["layerwise", "sgr"]}
+    record = {"id": "sgr.tab3", "curves": curves, "config": {**config, "lam": 1.0, "reduction": "mean"}}
+    record["preconditions"] = tab3(record)
+    text, rows = mechanism_summary(record)
+    assert "is met" in text and "uncalibrated" in text and rows["fashion_mnist/resnet32"]["ratio"] == 0.2
+    curves["fashion_mnist/resnet32/sgr"] = curve(0.9)  # above half of layer-wise's: the term did not act
+    record["config"] |= {"lam": CALIBRATED["lam"], "reduction": CALIBRATED["reduction"]}
+    record["preconditions"] = tab3(record)
+    text, rows = mechanism_summary(record)
+    assert "is not met" in text and rows["fashion_mnist/resnet32"]["ratio"] == 0.9

@@ -14,8 +14,10 @@ measures, for PlainNet-32 and ResNet-32 at K = 16 and K = 2, each reduction and 
 
 The term *acts* where it ends at most half of layer-wise training's (`ACTIVE_RATIO`, the precondition of every SGR
 training page, `sgr.validity`). The choice (`choose`): among the settings where it acts in every network and K,
-the highest mean validation accuracy (ties: the smaller λ). The claim checked: App. E's λ = 1 with the mean
-reduction makes the term act (one seed of short runs: the verdict stays inconclusive, `sgr.validity`).
+the highest mean validation accuracy (ties: the smaller λ). A run that diverges (`training.local.divergence`)
+counts at chance accuracy, its term not acting (it is not stored: a rerun of the pilot trains it again). The claim
+checked: App. E's λ = 1 with the mean reduction makes the term act (one seed of short runs: the verdict stays
+inconclusive, `sgr.validity`).
 """
 
 from __future__ import annotations
@@ -165,9 +167,12 @@ def choose(rows: list[dict]) -> dict:
 
 
 def lambda_pilot(cfg: LambdaPilotConfig, device) -> dict:
+    from gradalign.data.image_sets import image_set_info
+    from gradalign.errors import DivergenceError
     from gradalign.progress import progress
     from gradalign.training.local import local_unit
 
+    chance = 100.0 / image_set_info(cfg.dataset).num_classes
     rows, ratios, curves, layerwise, seconds = [], {}, {}, {}, 0.0
     jobs = [(net, K) for net in cfg.networks for K in cfg.splits]
     for net, K in progress(jobs, desc="λ pilot"):
@@ -180,26 +185,22 @@ def lambda_pilot(cfg: LambdaPilotConfig, device) -> dict:
         layerwise[key] = {"val_acc": round(ref["final_test_acc"], 2), "term_by_module": ref_last}
         curves[f"{key}/layerwise"] = {k: ref["history"][k] for k in ("test_acc", "sgr")}
         for reduction, lam in cfg.settings():
-            run = local_unit(cfg.spec(net, "sgr", K, reduction, lam), device).run()
-            seconds += run["train_seconds"]
-            term, reference = run["history"]["sgr"][-1], _term_in(ref_last, features, reduction)
+            reference = _term_in(ref_last, features, reduction)
             start = [lam * r for r in ratios[key][reduction]]
-            rows.append(
-                {
-                    "network": net,
-                    "K": K,
-                    "reduction": reduction,
-                    "lam": lam,
-                    "val_acc": round(run["final_test_acc"], 2),
-                    "term_end": term,
-                    "layerwise_term_end": reference,
-                    "term_ratio": round(term / reference, 4),
-                    "active": term <= ACTIVE_RATIO * reference,
-                    "grad_ratio_min": min(start),
-                    "grad_ratio_median": sorted(start)[len(start) // 2],
-                    "grad_ratio_max": max(start),
-                }
-            )
+            row = {"network": net, "K": K, "reduction": reduction, "lam": lam, "layerwise_term_end": reference}
+            row |= {"grad_ratio_min": min(start), "grad_ratio_median": sorted(start)[len(start) // 2]}
+            row["grad_ratio_max"] = max(start)
+            try:
+                run = local_unit(cfg.spec(net, "sgr", K, reduction, lam), device).run()
+            except DivergenceError as err:  # a λ too large for the run: a result of the pilot, at chance
+                rows.append(row | {"val_acc": chance, "term_end": None, "term_ratio": None, "active": False})
+                rows[-1]["diverged"] = str(err).split(";")[0]
+                continue
+            seconds += run["train_seconds"]
+            term = run["history"]["sgr"][-1]
+            row |= {"val_acc": round(run["final_test_acc"], 2), "term_end": term}
+            row |= {"term_ratio": round(term / reference, 4), "active": term <= ACTIVE_RATIO * reference}
+            rows.append(row | {"diverged": None})
             curves[f"{key}/{setting_name(reduction, lam)}"] = {k: run["history"][k] for k in ("test_acc", "sgr")}
     paper = [r for r in rows if r["reduction"] == "mean" and r["lam"] == 1.0]
     checks = {

@@ -185,13 +185,11 @@ def mechanism_summary(record: dict) -> tuple[str, dict]:
     if pre is None:
         return f"{record['id']}: the mechanism-active precondition is not part of this record.", {}
     setting = (cfg.get("reduction", "mean"), float(cfg.get("lam", 1.0)))
-    which = (
-        "the calibrated λ of our pilot (sgr.lam)"
-        if setting == (CALIBRATED["reduction"], CALIBRATED["lam"])
-        else "App. E's uncalibrated λ"
-        if setting == ("mean", 1.0)
-        else "a λ of its config"
-    )
+    which = "a λ of its config"
+    if setting == (CALIBRATED["reduction"], CALIBRATED["lam"]):
+        which = "the calibrated λ of our pilot, sgr.lam"
+    if setting == ("mean", 1.0):
+        which = "App. E's uncalibrated λ"
     status = "met" if pre["passed"] else "not met" if pre["passed"] is False else "not measured"
     text = (
         f"{record['id']}, λ = {setting[1]:g} with the {setting[0]} reduction ({which}): the mechanism-active "
