@@ -61,6 +61,14 @@ def _wrn_throughput(device, quick: bool) -> dict:
     return measure_wrn_throughput(device, batch=64, steps=4, warmup=2, repeats=3, n_images=2000, workers=2)
 
 
+def _fast_path(device, quick: bool) -> dict:
+    from gradalign.benchmarks.fast_path import measure_fast_path
+
+    if quick:
+        return measure_fast_path(device, ("small_cnn_w16", "mlp_1024"), steps=1, warmup=1, repeats=1, scale=0.05)
+    return measure_fast_path(device)
+
+
 BENCHMARKS: dict[str, Benchmark] = {
     b.name: b
     for b in (
@@ -134,6 +142,27 @@ BENCHMARKS: dict[str, Benchmark] = {
             "Supervised steps on random 32 x 32 uint8 images, pad-4 crop and flip, Adam; batch 128 on GPU "
             "(data loader with 4 workers), 64 on CPU (2 workers)",
             "lga.fig5",
+        ),
+        Benchmark(
+            "fast_path",
+            "one training step of each cpu experiment's network: fp32 against bf16 autocast (+ channels-last)",
+            _fast_path,
+            {
+                f"{name}_fp32_over_bf16": f"time of one fp32 step / one fast-path step, {name} ({used_by})"
+                for name, used_by in (
+                    ("small_cnn_w16", "LGA benchmark"),
+                    ("small_cnn_w32", "supervised reference"),
+                    ("conv_large_x0.125", "meta-gradient benchmark"),
+                    ("resnet32_x0.25", "SGR local BP"),
+                    ("plainnet32_x0.25", "SGR local BP"),
+                    ("vgg11_x0.25", "IsoLoss Table 1"),
+                    ("mlp_1024", "SGR Table 4"),
+                )
+            },
+            (),
+            "Each network at its cpu experiment's batch, random 28 x 28 images, SGD; a cpu preset uses the fast "
+            "path only where the ratio is at least 1.5 (`benchmarks.fast_path.PAYS`)",
+            "",
         ),
     )
 }

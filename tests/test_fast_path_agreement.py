@@ -1,0 +1,71 @@
+"""The CPU fast path (bf16 autocast + channels-last) at smoke: runs of the same seeds agree with fp32 within seed
+noise (`benchmarks.fast_path.agree_within_noise`), and the check catches runs that do not agree.
+
+The runs: the LGA benchmark's small CNN (width 8) trained with Adam on 2,000 Fashion-MNIST images for 150 steps of
+64, test error on 1,000 test images (BatchNorm on the batch's statistics); each seed the same in both paths but for the path.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from gradalign.benchmarks.fast_path import agree_within_noise, measure_fast_path
+from gradalign.data.image_sets import load_image_set
+from gradalign.models.small_cnn import SmallCNN
+from gradalign.training.fast import FastPath, autocast, prepare_model
+
+SEEDS = (0, 1, 2)
+FAST = FastPath(bf16=True, channels_last=True)
+
+
+@pytest.fixture(scope="module")
+def data():
+    (x, y), (xt, yt) = (load_image_set("fashion_mnist", split) for split in ("train", "test"))
+    return x[:2000].float() / 255, y[:2000], xt[:1000].float() / 255, yt[:1000]
+
+
+def _errors(data, fast: FastPath, lr: float = 3e-3) -> list[float]:
+    x, y, xt, yt = data
+    out = []
+    for seed in SEEDS:
+        torch.manual_seed(seed)
+        model = prepare_model(SmallCNN(10, 1, 8), fast)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        generator = torch.Generator().manual_seed(seed)
+        for _ in range(150):
+            i = torch.randint(0, len(x), (64,), generator=generator)
+            with autocast(fast, "cpu"):
+                loss = F.cross_entropy(model(x[i]), y[i])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():  # batch statistics: the small CNN's BatchNorm averages slowly (momentum 0.01)
+            out.append(100.0 * (model(xt).argmax(1) != yt).float().mean().item())
+    return out
+
+
+@pytest.fixture(scope="module")
+def fp32(data):
+    return _errors(data, FastPath())
+
+
+def test_bf16_runs_agree_with_fp32_within_seed_noise(data, fp32):
+    fast = _errors(data, FAST)
+    assert fast != fp32  # the fast path did change the computation
+    assert max(fp32) < 40  # the runs learned (chance: 90 %)
+    result = agree_within_noise(fp32, fast, "test error (%)")
+    assert result["passed"], result
+
+
+def test_agreement_check_catches_runs_that_differ(data, fp32):
+    slow = _errors(data, FAST, lr=1e-5)  # a path that barely learns
+    assert not agree_within_noise(fp32, slow, "test error (%)")["passed"]
+
+
+def test_benchmark_reports_a_ratio_and_the_rule_per_network():
+    m = measure_fast_path("cpu", ("small_cnn_w16",), steps=1, warmup=1, repeats=1, scale=0.05)
+    row = m["by_network"]["small_cnn_w16"]
+    assert row["fp32_over_bf16"] > 0 and row["pays"] == (row["fp32_over_bf16"] >= m["threshold"])
+    assert m["small_cnn_w16_fp32_over_bf16"] == pytest.approx(row["fp32_over_bf16"], rel=1e-2)
