@@ -37,8 +37,8 @@ SET = [arg for key, value in TINY.items() for arg in ("--set", f"{key}={value}")
 
 # Keys the experiments stored before their units were factored out (computed with runcache.run_key then):
 # stored entries keep their keys, so no run is trained again.
-KEY_SHELLS_CPU_TRIAL0 = "cea635088d918ed2"
-KEYS_SHELLS_SMOKE = ["914ba1b7b9b0d863", "9d7c6f6606e5fbb1"]
+KEY_SHELLS_CPU_TRIAL0 = "e438d0ac3e6d5e9f"  # shells study version 3 (validation split, tuned settings)
+KEYS_SHELLS_SMOKE = ["2561ab06002bc0bb", "55b0a7d89121ee9c"]
 KEY_FIG5_CPU_FIRST_RUN = "4885174dd5845d0e"
 KEYS_TAB1_CPU_FIRST_RUNS = ["61b19e036439fa24", "3c50d94d14369276"]
 

@@ -88,8 +88,12 @@ def shells_figure(cfg: ShellsPlotConfig, device) -> dict:
     return outcome(checks, {"class_counts": counts, "points_near_boundaries": mixed}, curves)
 
 
-STUDY_TRIAL = ShellsTrialSettings(steps=6000, eval_every=250)
-"""Each study trial's settings: set from the tuning on the validation split (`TUNING`, shown on the page)."""
+STUDY_TRIAL = ShellsTrialSettings(steps=6000, eval_every=250, labeled_weight=3.0)
+"""Each study trial's settings, our choice from the tuning on the validation split (`TUNING`, shown on the page):
+LGA's best candidate by mean best validation accuracy, T(i) = 3 (lr 1e-3, α_w 1e-2, ε_norm 1e-3, unlabeled batch 128;
+the candidates combining each axis's best did not beat it). One lr serves both arms: the supervised baseline's best,
+3e-4, was within 0.0011 of 1e-3, far inside the tuning's SE (about 0.009). 6,000 steps: every tuning run's
+validation error was flat over its last 20 % by then (`rules.run_finished`)."""
 
 
 @dataclass(frozen=True)
@@ -188,13 +192,28 @@ TUNING = {
     "lga": {
         "alpha_w": [1e-3, 1e-2, 3e-2, 1e-1],
         "eps_norm": [1e-6, 1e-3],
-        "labeled_weight": [0.3, 1.0, 3.0],
+        "labeled_weight": [0.3, 1.0, 3.0, 10.0],
         "unlabeled_batch": [128, 640],
         "lr": [3e-4, 1e-3],
     },
 }
 """The candidates, one setting varied at a time from `TUNING_START` (our choice: a full grid does not fit the CPU)."""
-TUNED_EXTRA: dict[str, dict] = {"lga": {}}
+TUNED_EXTRA: dict[str, dict] = {
+    "lga": {
+        "together: lr 3e-4, eps_norm 1e-6, T 3, unlabeled batch 640": {
+            "lr": 3e-4,
+            "eps_norm": 1e-6,
+            "labeled_weight": 3.0,
+            "unlabeled_batch": 640,
+        },
+        "together: lr 3e-4, eps_norm 1e-6, T 10, unlabeled batch 640": {
+            "lr": 3e-4,
+            "eps_norm": 1e-6,
+            "labeled_weight": 10.0,
+            "unlabeled_batch": 640,
+        },
+    }
+}
 """Candidates beyond one-at-a-time (the chosen values together), by name."""
 
 
