@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from gradalign.models.conv_large import DROPOUT as CONV_LARGE_DROPOUT  # Table 6 and the authors' model.py
 from gradalign.config import Settings, require
 from gradalign.data.augment import normalise
 from gradalign.data.crop_flip import crop_flip
@@ -109,6 +110,7 @@ class SemiMetaRunSpec(Settings):
     seed: int = 0  # initialisation, batch order, augmentation, mixup
     tsne_points: int = 300  # per set (labeled, unlabeled, test) for Figure 3; 0: none
     model: str = "conv_large"  # a key of MODELS (Table 2: shake_shake26); not in the key when Conv-Large
+    dropout: float | None = None  # Conv-Large's Dropout2d rate; None: the paper's 0.5 (not in the key then)
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -126,6 +128,9 @@ class SemiMetaRunSpec(Settings):
         require(self, "n_test", self.n_test >= 0, "must be >= 0")
         require(self, "width", self.width > 0, "must be > 0")
         require(self, "tsne_points", self.tsne_points >= 0, "must be >= 0")
+        if self.dropout is not None:
+            require(self, "dropout", 0 <= self.dropout < 1, "must lie in [0, 1)")
+            require(self, "dropout", self.model == "conv_large", f"is Conv-Large's; {self.model} has no dropout layer")
         if self.method.mixup:
             same = self.protocol.batch_labeled == self.protocol.batch_unlabeled
             require(self, "protocol.batch_unlabeled", same, "must equal batch_labeled with mixup (pairs, Eq. 12)")
@@ -136,6 +141,8 @@ class SemiMetaRunSpec(Settings):
         out = super().to_dict()
         if self.model == "conv_large":
             del out["model"]
+        if self.dropout in (None, CONV_LARGE_DROPOUT):  # the paper's rate: stored runs keep their keys
+            del out["dropout"]
         return out
 
     @property
@@ -143,10 +150,10 @@ class SemiMetaRunSpec(Settings):
         return f"{VARIANTS[self.method.variant][0]} {self.n_labeled} labels seed {self.seed}"
 
 
-def _conv_large(classes: int, channels: int, width: float):
+def _conv_large(classes: int, channels: int, width: float, dropout: float | None = None):
     from gradalign.models.conv_large import ConvLarge
 
-    return ConvLarge(classes, channels, width)
+    return ConvLarge(classes, channels, width, CONV_LARGE_DROPOUT if dropout is None else dropout)
 
 
 def _shake_shake(classes: int, channels: int, width: float):
@@ -236,7 +243,8 @@ class SemiMetaRun:
         self.spec, self.data, self.device, p = spec, data, torch.device(device), spec.protocol
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
-            model = MODELS[spec.model](data.classes, image_set_info(spec.dataset).channels, spec.width)
+            extra = {} if spec.dropout is None else {"dropout": spec.dropout}
+            model = MODELS[spec.model](data.classes, image_set_info(spec.dataset).channels, spec.width, **extra)
             self.model = model.to(self.device)
         self.optimizer = torch.optim.SGD(
             self.model.parameters(), lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from gradalign.config import Config, require
 from gradalign.experiments.base import plural, scale_text
 from gradalign.experiments.seed_stats import stats
+from gradalign.run_unit import without_defaults
 from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings
 from gradalign.training.semimeta import SemiMetaProtocol, SemiMetaRunSpec
 
@@ -36,6 +37,7 @@ METRICS = {
 class SemiMetaConfig(Config):
     columns: tuple = (("fashion_mnist", 1000),)  # (data set, labels) per column
     width: float = 1.0  # Conv-Large's channels × this
+    dropout: float | None = None  # Conv-Large's Dropout2d rate; None: the paper's 0.5
     n_unlabeled: int = 0  # 0: every other training image outside the validation split
     n_validation: int = 5000
     n_test: int = 0
@@ -43,6 +45,10 @@ class SemiMetaConfig(Config):
     protocol: SemiMetaProtocol = SemiMetaProtocol()  # weight decay and flips: None = the data set's (App. C)
     method: SemiMetaSettings = SemiMetaSettings()  # γ (None: the data set's), weight, c, form; rows set the variant
     tsne_points: int = 300
+
+    def to_dict(self) -> dict:
+        """`dropout` only when set: records stored before the field existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("dropout",))
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -68,6 +74,7 @@ class SemiMetaConfig(Config):
             n_validation=self.n_validation,
             n_test=self.n_test,
             width=self.width,
+            dropout=self.dropout,
             data_seed=self.seed,
             seed=seed,
             tsne_points=self.tsne_points,
@@ -103,7 +110,10 @@ SMOKE = {
 
 def unused_settings(cfg: SemiMetaConfig) -> dict[str, str]:
     """Fields these experiments do not read (`Experiment.unused`): each row of a table sets its own variant."""
-    return {"method.variant": "each row of the table or figure runs its own variant"}
+    out = {"method.variant": "each row of the table or figure runs its own variant"}
+    if getattr(cfg, "model", "conv_large") != "conv_large":
+        out["dropout"] = f"it is Conv-Large's Dropout2d rate, and {cfg.model} has no dropout layer"
+    return out
 
 
 ROWS = {"metagrad.tab4": tuple(VARIANTS)}  # the variants each experiment runs (others: the two of Table 1)
