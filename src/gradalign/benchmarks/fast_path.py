@@ -8,7 +8,10 @@ the two agree within seed noise is tested at `smoke` (tests/test_fast_path_agree
 
 A step: forward, cross entropy, backward, an SGD step with momentum, on random 28 × 28 images (time does not
 depend on content). Each network's two variants are timed interleaved within each repeat, so that machine load
-hits them alike; a variant's time is the median over `repeats` of `steps` steps, after `warmup` steps.
+hits them alike; a variant's time is the median over `repeats` of `steps` steps, after `warmup` steps. The
+machine's load average is recorded beside the ratios: measured while other processes compete for the cores, the
+ratios move by tens of percent (small CNN 2.3 and 1.5 in two runs under a load of 4 on two cores), so the
+adoption rule reads a measurement made on an otherwise idle machine.
 """
 
 from __future__ import annotations
@@ -69,7 +72,10 @@ def measure_fast_path(
 ) -> dict:
     """Seconds per step of each network in fp32 and on the fast path, their ratio, and whether it pays.
     `scale` multiplies every batch (quick runs)."""
+    import os
+
     device = torch.device(device)
+    load_before = os.getloadavg()[0]
     table = networks()
     out, ratios = {}, {}
     for name in names or tuple(table):
@@ -107,6 +113,8 @@ def measure_fast_path(
         "pays": sorted(name for name, row in out.items() if row["pays"]),
         "threshold": PAYS,
         "sizes": {"steps": steps, "warmup": warmup, "repeats": repeats, "image": 28, "scale": scale},
+        # other work on the machine slows the two paths alike only roughly: a ratio measured under load is noisy
+        "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
     }
 
 
