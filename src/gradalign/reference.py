@@ -9,7 +9,7 @@ makes the comparison inconclusive.
 
 The reference runs are ordinary runs of the LGA benchmark's loop (`experiments.lga.ssl_runs`, kind `lga.ssl`,
 method `supervised`): Oliver et al.'s protocol (Adam, lr 3e-3, batches of 50 labeled images, translation by
-±2 px, lr × 0.2 after 80 % of the steps), the small CNN at twice the LGA benchmark's width, and many more steps
+±2 px, lr × 0.2 after 60 % of the steps rather than 80 %: see `PRESETS`), the small CNN at twice the LGA benchmark's width, and many more steps
 than the benchmark's, so that every run has finished learning (checked, not assumed: `finished`). The test error
 is read at the evaluation with the lowest validation error, on the whole test split. They are committed under
 `results/runs/lga.ssl/` like every run; `lookup` reads them and never trains.
@@ -50,7 +50,10 @@ PRESETS = {
         n_validation=2000,
         n_pool=10_000,
         n_test=0,  # the whole test split
-        protocol=OliverProtocol(steps=3000, eval_every=150),  # our choice: long enough to finish learning
+        # our choice: long enough to finish learning, and the lr decay at 60 % (Oliver's: 80 %) so that the last
+        # 20 % of the evaluations, which the finished-learning rule reads, all lie after it: with the decay at
+        # 80 % every run "improved" in that window by the decay's own step (measured: 5 of 6 runs)
+        protocol=OliverProtocol(steps=3000, eval_every=150, lr_decay_at=0.6),
     ),
 }
 PRESETS["gpu"] = PRESETS["paper"] = PRESETS["cpu"]
