@@ -1,7 +1,6 @@
 """The book's supervised reference: what supervised training alone reaches with a given number of labels.
 
-A semi-supervised comparison is valid only if its supervised baseline is sane (issue "Empirical verdicts that can
-tell", precondition *baseline sane*): a baseline that underfits or stops early makes every method look better
+A semi-supervised comparison is valid only if its supervised baseline is sane (precondition *baseline sane*): a baseline that underfits or stops early makes every method look better
 than it is. The book therefore measures, once, supervised training with that many labels **until it has
 finished learning**, and each semi-supervised element compares its own baseline with it
 (`rules.near_reference`): a baseline whose test error lies more than `TOLERANCE` points above the reference's
@@ -9,8 +8,9 @@ makes the comparison inconclusive.
 
 The reference runs are ordinary runs of the LGA benchmark's loop (`experiments.lga.ssl_runs`, kind `lga.ssl`,
 method `supervised`): Oliver et al.'s protocol (Adam, lr 3e-3, batches of 50 labeled images, translation by
-±2 px, lr × 0.2 after 60 % of the steps rather than 80 %: see `PRESETS`), the small CNN at twice the LGA benchmark's width, and many more steps
-than the benchmark's, so that every run has finished learning (checked, not assumed: `finished`). The test error
+±2 px, lr × 0.2 after 60 % of the steps rather than 80 %: see `PRESETS`), the small CNN at twice the LGA
+benchmark's width, and many more steps than the benchmark's, so that every run has finished learning (checked, not
+assumed: `finished`). The test error
 is read at the evaluation with the lowest validation error, on the whole test split. They are committed under
 `results/runs/lga.ssl/` like every run; `lookup` reads them and never trains.
 
