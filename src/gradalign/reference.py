@@ -1,10 +1,10 @@
 """The book's supervised reference: what supervised training alone reaches with a given number of labels.
 
-A semi-supervised comparison is valid only if its supervised baseline is sane (precondition *baseline sane*): a baseline that underfits or stops early makes every method look better
-than it is. The book therefore measures, once, supervised training with that many labels **until it has
-finished learning**, and each semi-supervised element compares its own baseline with it
-(`rules.near_reference`): a baseline whose test error lies more than `TOLERANCE` points above the reference's
-makes the comparison inconclusive.
+A semi-supervised comparison is valid only if its supervised baseline is sane (precondition *baseline sane*): a
+baseline that underfits or stops early makes every method look better than it is. The book therefore measures, once,
+supervised training with that many labels **until it has finished learning**, and each semi-supervised element
+compares its own baseline with it (`rules.near_reference`): a baseline whose test error lies more than `TOLERANCE`
+points above the reference's makes the comparison inconclusive.
 
 The reference runs are ordinary runs of the LGA benchmark's loop (`experiments.lga.ssl_runs`, kind `lga.ssl`,
 method `supervised`): Oliver et al.'s protocol (Adam, lr 3e-3, batches of 50 labeled images, translation by
