@@ -51,9 +51,9 @@ def _row(net, K, red, lam, acc, active):
     return {"network": net, "K": K, "reduction": red, "lam": lam, "val_acc": acc, "active": active}
 
 
-def test_choose_takes_the_best_validation_accuracy_among_settings_active_everywhere():
+def test_choose_takes_the_best_validation_accuracy_among_settings_acting_most_often():
     rows = [
-        _row("a", 16, "mean", 1.0, 90.0, False),  # best accuracy, but the term does not act
+        _row("a", 16, "mean", 1.0, 90.0, False),  # best accuracy, but the term acts in one of two only
         _row("b", 16, "mean", 1.0, 90.0, True),
         _row("a", 16, "mean", 1e3, 80.0, True),
         _row("b", 16, "mean", 1e3, 82.0, True),
@@ -63,6 +63,9 @@ def test_choose_takes_the_best_validation_accuracy_among_settings_active_everywh
     chosen = lp.choose(rows)["chosen"]
     assert (chosen["reduction"], chosen["lam"], chosen["mean_val_acc"]) == ("mean", 1e3, 81.0)
     assert lp.choose([_row("a", 2, "mean", 1.0, 90.0, False)])["chosen"] is None  # none acts: no choice
+    partly = [_row("a", 2, "mean", 1.0, 90.0, False), _row("b", 2, "mean", 1.0, 90.0, True)]
+    partly += [_row("a", 2, "sum", 1.0, 50.0, False), _row("b", 2, "sum", 1.0, 60.0, False)]
+    assert lp.choose(partly)["chosen"]["acts_in"] == 1  # none acts everywhere: the one acting most often
 
 
 def test_pilot_smoke_runs_and_its_claim_and_precondition(tmp_path, monkeypatch):
