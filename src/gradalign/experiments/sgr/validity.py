@@ -190,13 +190,15 @@ def mechanism_summary(record: dict) -> tuple[str, dict]:
         which = "the calibrated λ of our pilot, sgr.lam"
     if setting == ("mean", 1.0):
         which = "App. E's uncalibrated λ"
-    status = "met" if pre["passed"] else "not met" if pre["passed"] is False else "not measured"
+    status = "met" if pre["passed"] else "not met"
+    if pre.get("value") == "not recorded":
+        status = "not met: not measured by these runs"
     text = (
         f"{record['id']}, λ = {setting[1]:g} with the {setting[0]} reduction ({which}): the mechanism-active "
         f"precondition is {status}. Rule: {pre['rule']}."
     )
     value = pre.get("value")
     rows = {k: v for k, v in value.items() if isinstance(v, dict)} if isinstance(value, dict) else {}
-    if not rows and value is not None:
+    if not rows and value not in (None, "not recorded"):
         text += f" Measured: {value}."
     return text, rows
