@@ -254,3 +254,29 @@ def test_table1_checks_and_the_measured_columns():
     wrong = {**declared, "fa": {**declared["fa"], "bp_free": "yes"}}  # a table that calls FA BP-free
     bad = attributes.table1_checks(wrong, measured)
     assert bad["weight_transport_free_as_in_table1"]["passed"] and not bad["bp_free_as_in_table1"]["passed"]
+
+
+def test_a_final_run_that_diverges_at_the_tuned_lr_moves_to_the_next_rate(monkeypatch):
+    from gradalign.errors import DivergenceError
+
+    cfg = EXPERIMENTS["sgr.tab4"].resolve("smoke", {"baselines": ["fa"], "methods": ["sgr"]})
+
+    class Fake:
+        def __init__(self, lr):
+            self.lr = lr
+
+        def run(self):
+            if self.lr == 0.1:
+                raise DivergenceError("exploded; lower the learning rate")
+            return {"lr": self.lr}
+
+    monkeypatch.setattr(type(cfg), "unit", lambda self, m, d, s, lr=None, tune=False, device=None: Fake(lr))
+    tuning = {"fashion_mnist": {"sgr": {"grid": {"0.03": 50.0, "0.1": 60.0}, "chosen": 0.1}}}
+    runs = bp_free._tuned_runs(cfg, tuning, "cpu")
+    entry = tuning["fashion_mnist"]["sgr"]
+    assert entry["final"] == 0.03 and set(entry["diverged"]) == {"0.1"}
+    assert runs[(cfg.network, "sgr", cfg.depth, "fashion_mnist")][0]["lr"] == 0.03
+    assert runs[(cfg.network, "fa", cfg.depth, "fashion_mnist")][0]["lr"] is None  # untuned: its default rate
+    tuning = {"fashion_mnist": {"sgr": {"grid": {"0.1": 60.0}, "chosen": 0.1}}}
+    with pytest.raises(DivergenceError):  # no rate left: the command stops
+        bp_free._tuned_runs(cfg, tuning, "cpu")

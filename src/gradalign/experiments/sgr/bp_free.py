@@ -197,16 +197,30 @@ def tune(cfg: BPFreeConfig, device) -> dict:
 
 
 def _tuned_runs(cfg: BPFreeConfig, tuning: dict, device) -> dict:
-    """{(network, method, K, dataset): [one run per seed]} at each method's tuned lr (its default where untuned)."""
+    """{(network, method, K, dataset): [one run per seed]} at each method's tuned lr (its default where untuned).
+    A final run that diverges at the tuned lr (the tuning runs are shorter) moves the method to the next rate of
+    its grid by validation accuracy (our rule), noted in `tuning` as `diverged` and `final`."""
+    from gradalign.errors import DivergenceError
     from gradalign.progress import progress
 
-    methods = (*cfg.baselines, *cfg.methods)
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
-    jobs = [(d, m, s) for d in cfg.datasets for m in methods for s in seeds]
     runs: dict[tuple, list[dict]] = {}
-    for d, m, s in progress(jobs, desc="BP-free runs"):
-        lr = tuning.get(d, {}).get(m, {}).get("chosen")
-        runs.setdefault((cfg.network, m, cfg.depth, d), []).append(cfg.unit(m, d, s, lr, device=device).run())
+    for d, m in progress([(d, m) for d in cfg.datasets for m in (*cfg.baselines, *cfg.methods)], desc="BP-free"):
+        entry = tuning.get(d, {}).get(m)
+        rates = [None] if entry is None else sorted(entry["grid"], key=lambda r: (-entry["grid"][r], float(r)))
+        for rate in rates:
+            lr = None if rate is None else float(rate)
+            try:
+                group = [cfg.unit(m, d, s, lr, device=device).run() for s in seeds]
+            except DivergenceError as err:
+                if entry is None or rate == rates[-1]:
+                    raise
+                entry.setdefault("diverged", {})[rate] = str(err).split(";")[0]
+                continue
+            if entry is not None:
+                entry["final"] = lr
+            runs[(cfg.network, m, cfg.depth, d)] = group
+            break
     return runs
 
 
