@@ -91,23 +91,23 @@ def figure1_checks(times: dict, rows: int, cols: int, c_final, c0) -> dict[str, 
             along_u,
             steps,
             f"steps to c = {level} strictly decrease with lambda^u at fixed lambda^l",
-            "c_{k,i} rises faster for larger lambda^u_i",
+            "cₖ,ᵢ rises faster for larger λᵘᵢ",
         )
         checks[f"faster_in_lambda_l_{level}"] = check(
             along_l,
             steps,
             f"steps to c = {level} strictly decrease with lambda^l at fixed lambda^u",
-            "c_{k,i} rises faster for larger lambda^l_i",
+            "cₖ,ᵢ rises faster for larger λˡᵢ",
         )
     c_final, c0 = torch.as_tensor(c_final), torch.as_tensor(c0)
     final_gap = float((c_final - 1).abs().max())
     checks["converges_to_1"] = check(
         final_gap < 1e-2,
         final_gap,
-        "max_i |c_{K,i} - 1| < 1e-2 at the last step",
+        "maxᵢ |c_K,ᵢ − 1| < 1e-2 at the last step",
         "every curve converges to 1 (the supervised optimum)",
     )
-    checks["starts_at_0"] = check(bool((c0 == 0).all()), float(c0.abs().max()), "c_{0,i} = 0", "theta_0 = 0")
+    checks["starts_at_0"] = check(bool((c0 == 0).all()), float(c0.abs().max()), "c₀,ᵢ = 0", "θ₀ = 0")
     return checks
 
 
@@ -141,7 +141,7 @@ def proposition1_checks(independence: float, rec_gap: float, sensitivity: float)
             independence < 1e-9,
             independence,
             "max |c_i(changed lambda_j) - c_i| < 1e-9 (float64)",
-            "c_{k,i} does not depend on lambda^l_j, lambda^u_j for j != i",
+            "cₖ,ᵢ does not depend on λˡⱼ, λᵘⱼ for j ≠ i",
         ),
         "matches_per_coordinate_recurrence": check(
             rec_gap < 1e-9,
@@ -152,7 +152,7 @@ def proposition1_checks(independence: float, rec_gap: float, sensitivity: float)
         "sensitive_to_own_lambda": check(
             sensitivity > 1e-3,
             sensitivity,
-            "doubling lambda^u_i changes c_i by > 1e-3",
+            "doubling λᵘᵢ changes cᵢ by > 1e-3",
             "the comparison can detect a dependence",
         ),
     }

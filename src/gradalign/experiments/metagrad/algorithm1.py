@@ -66,13 +66,13 @@ def alg1_checks(m: dict) -> dict[str, dict]:
         "labeled_loss_falls": check(
             m["G_after"] < m["G_before"],
             {"before": m["G_before"], "after": m["G_after"]},
-            "G(θ_{t+1}) < G(θ_t)",
+            "G(θₜ₊₁) < G(θₜ)",
             "the step on the meta pseudo labels lowers the labeled loss (Theorem 1's conclusion, one step)",
         ),
         "preconditioned_descent": check(
             m["preconditioned_error"] < EXACT,
             m["preconditioned_error"],
-            "Algorithm 1's θ_{t+1} vs θ_t − (4α²β/B²) Σ_i J_iᵀJ_i ∇G(θ_t): relative error < 1e-12",
+            "Algorithm 1's θₜ₊₁ against θₜ − (4α²β/B²) Σᵢ JᵢᵀJᵢ ∇G(θₜ): relative error < 1e-12",
             "our derivation: with plain SGD, Algorithm 1 is gradient descent on G preconditioned by the unlabeled "
             "batch's Jacobians",
         ),

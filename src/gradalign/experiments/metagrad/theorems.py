@@ -56,13 +56,13 @@ def thm1_checks(m: dict) -> dict[str, dict]:
         "decrease_linear": check(
             m["linear"]["decrease_fraction"] == 1.0,
             m["linear"]["decrease_fraction"],
-            "G(θ_{t+1}) <= G(θ_t) in every draw with α²β < 1/(4M²L₀) (linear f)",
+            "G(θₜ₊₁) ≤ G(θₜ) in every draw with α²β < 1/(4M²L₀) (linear f)",
             "each step of Algorithm 1 decreases the labeled loss, whatever the unlabeled batch (Theorem 1)",
         ),
         "decrease_mlp": check(
             m["mlp"]["decrease_fraction"] == 1.0,
             m["mlp"]["decrease_fraction"],
-            "G(θ_{t+1}) <= G(θ_t) in every draw with α²β < 1/(4M²L₀) (tanh MLP, estimated constants)",
+            "G(θₜ₊₁) ≤ G(θₜ) in every draw with α²β < 1/(4M²L₀) (tanh MLP, estimated constants)",
             "each step of Algorithm 1 decreases the labeled loss, whatever the unlabeled batch (Theorem 1)",
         ),
     }
@@ -153,13 +153,13 @@ def thm2_checks(m: dict) -> dict[str, dict]:
         "bound_holds": check(
             all(v <= b for v, b in zip(m["min_sq_grad"], m["bound"])),
             {"worst_ratio": max(v / b for v, b in zip(m["min_sq_grad"], m["bound"]))},
-            "mean over seeds of min_{t<=T} ‖∇G(θ_t)‖² <= C/√T at every T (C of Eq. 49)",
+            "mean over seeds of the smallest ‖∇G(θₜ)‖² over t ≤ T, at most C/√T at every T (C of Eq. 49)",
             "min_t E‖∇G(θ_t)‖² <= C/√T (Theorem 2)",
         ),
         "rate_at_least_theorem": check(
             m["slope"] <= -0.5,
             m["slope"],
-            "log-log slope of the mean min_{t<=T} ‖∇G‖² against T <= -0.5",
+            "log-log slope of the mean smallest ‖∇G‖² over t ≤ T, against T: at most −0.5",
             "Algorithm 1 reaches E‖∇G‖² <= ε in O(1/ε²) steps (Theorem 2)",
         ),
     }
