@@ -1,8 +1,9 @@
 """The CPU fast path (bf16 autocast + channels-last) at smoke: runs of the same seeds agree with fp32 within seed
-noise (`benchmarks.fast_path.agree_within_noise`), and the check catches runs that do not agree.
+noise (`agree_within_noise`, below), and the check catches runs that do not agree.
 
 The runs: the LGA benchmark's small CNN (width 8) trained with Adam on 2,000 Fashion-MNIST images for 150 steps of
-64, test error on 1,000 test images (BatchNorm on the batch's statistics); each seed the same in both paths but for the path.
+64, test error on 1,000 test images (BatchNorm on the batch's statistics); each seed the same in both paths but
+for the path.
 """
 
 from __future__ import annotations
@@ -11,10 +12,23 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gradalign.benchmarks.fast_path import agree_within_noise, measure_fast_path
+from gradalign.benchmarks.fast_path import measure_fast_path
+from gradalign.experiments.rules import compare, summary
 from gradalign.data.image_sets import load_image_set
 from gradalign.models.small_cnn import SmallCNN
 from gradalign.training.fast import FastPath, autocast, prepare_model
+
+
+def agree_within_noise(fp32: list[float], fast: list[float], quantity: str) -> dict:
+    """Whether fast-path runs agree with fp32 runs of the same seeds within seed noise: each at least as good as
+    the other (`rules.compare`), that is |mean difference| within 2 standard errors, with at least 3 seeds each."""
+    a, b = summary(fast), summary(fp32)
+    both = [
+        compare(x, y, relation="at_least", higher_is_better=False, quantity=quantity, names=names, claim="agree")
+        for x, y, names in ((a, b, ("bf16", "fp32")), (b, a, ("fp32", "bf16")))
+    ]
+    return {"passed": all(c["passed"] for c in both), "value": both[0]["value"]}
+
 
 SEEDS = (0, 1, 2)
 FAST = FastPath(bf16=True, channels_last=True)

@@ -38,6 +38,7 @@ LAYERS = [
         "run_unit",
         "record_text",
         "timebox",
+        "store_root",
         "__init__",
     ),
     ("data",),

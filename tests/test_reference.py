@@ -1,5 +1,5 @@
-"""The book's supervised reference (`gradalign.reference`): read from committed runs only, used only when its
-runs finished learning, and the precondition *baseline sane* it decides, with passing and failing cases."""
+"""The book's supervised reference (`gradalign.experiments.reference`): read from committed runs only, used only
+when its runs finished learning, and the precondition *baseline sane* it decides, with passing and failing cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gradalign import reference
+from gradalign.experiments import reference
 from gradalign.run_unit import RunCacheWarning, entry_path, write_entry
 from gradalign.experiments.lga.ssl_runs import run_unit
 
@@ -70,12 +70,15 @@ def test_baseline_check_passes_near_and_fails_far_from_the_reference(tmp_path):
     near = reference.baseline_check("fashion_mnist", {250: 27.0, 4000: 14.0}, "test error", tmp_path)
     assert near["passed"], near
     far = reference.baseline_check("fashion_mnist", {250: 27.0, 4000: 12.1 + reference.TOLERANCE + 0.5}, "e", tmp_path)
-    assert not far["passed"] and far["value"]["4000 labels"]["gap"] > reference.TOLERANCE
+    assert not far["passed"] and far["value"]["4,000 labels"]["gap"] > reference.TOLERANCE
 
 
 def test_baseline_check_without_a_reference_or_a_baseline_is_not_recorded(tmp_path):
     missing = reference.baseline_check("fashion_mnist", {1000: 20.0}, "test error", tmp_path)
-    assert not missing["passed"] and "not recorded" in json.dumps(missing)
+    assert not missing["passed"] and "not measured" in missing["value"]["1,000 labels"]
+    _store(tmp_path, 4000, 12.0, history=FALLING)
+    learning = reference.baseline_check("fashion_mnist", {4000: 12.0}, "test error", tmp_path)
+    assert not learning["passed"] and "still learning (0 of 3 runs finished)" in learning["value"]["4,000 labels"]
     assert not reference.baseline_check("fashion_mnist", {}, "test error", tmp_path)["passed"]
 
 

@@ -274,7 +274,7 @@ def how_to_run_markdown() -> str:
         "# measure a benchmark and store its record (the Performance page shows it); no name lists them",
         "gradalign bench lga_step",
         "# the book's supervised reference: supervised runs until they finish learning, committed under results/runs",
-        "python -m gradalign.reference --preset cpu",
+        "python -m gradalign.experiments.reference --preset cpu",
         "# an experiment's training runs as separate jobs (submitit: here, or on Slurm); then assemble the record",
         "gradalign sweep lga.fig5 --preset cpu --executor local",
         "gradalign sweep lga.fig5 --preset gpu --executor slurm --partition gpu --gpus-per-node 1",

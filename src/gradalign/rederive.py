@@ -4,7 +4,9 @@ A record made under earlier rules (schema 2) is first checked against its own di
 alone and reported. Its claims are then re-derived from its stored per-seed metrics and its preconditions measured
 from its metrics and curves (`assess`); where these do not suffice, its verdict is "inconclusive: not yet evaluated
 under these rules". The metrics, curves, config and provenance are kept as computed; the record gains
-`rederived` (the date, the rules, the schema it came from) and a new digest.
+`rederived` (the date, the rules, the schema it came from) and a new digest. A record already under these rules is
+assessed again too, since a precondition can read what was measured after it (the book's supervised reference,
+`gradalign.experiments.reference`); it is rewritten only when its checks, preconditions, evidence or verdict change.
 
     python -m gradalign.rederive            # every record under results/ (or $GRADALIGN_RESULTS)
 """
@@ -22,6 +24,9 @@ from gradalign.results import SCHEMA, ResultStore, record_digest
 from gradalign.verdict import RULES
 
 
+DERIVED = ("checks", "preconditions", "evidence", "verdict")  # what `assess` writes; the rest is kept as computed
+
+
 def rederive_file(path: Path, store: ResultStore) -> tuple[str, str | None, str]:
     """(id, the verdict before, the verdict now) of one record file, rewritten in place; raises ValueError when
     the file is not a sound record of its own schema."""
@@ -32,12 +37,14 @@ def rederive_file(path: Path, store: ResultStore) -> tuple[str, str | None, str]
     if not isinstance(record, dict) or "digest" not in record or record_digest(record) != record["digest"]:
         raise ValueError(f"{path}: its digest does not match its content (edited); left alone")
     before = record.get("verdict", {}).get("status")
-    if record.get("schema") == SCHEMA and record.get("rules") == RULES:
-        return record["id"], before, before
     came_from = record.get("schema")
+    current = came_from == SCHEMA and record.get("rules") == RULES
+    derived = {k: record.get(k) for k in DERIVED}
     for key in ("digest", "rederived"):
         record.pop(key, None)
     assess(record)
+    if current and all(record.get(k) == v for k, v in derived.items()):
+        return record["id"], before, before  # nothing moved: the file stays as it is
     record["schema"] = SCHEMA
     record["rederived"] = {"date": _dt.date.today().isoformat(), "rules": RULES, "from_schema": came_from}
     written = store.save(record)
@@ -47,6 +54,10 @@ def rederive_file(path: Path, store: ResultStore) -> tuple[str, str | None, str]
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gradalign.rederive", description=__doc__.splitlines()[0])
+    parser.parse_args(argv)
     store = ResultStore()
     failures = 0
     paths = sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json"))  # not the bench records

@@ -11,14 +11,12 @@ a `RecordWarning` and treated as missing, so the caller recomputes it; reports s
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Iterator
 
 from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, write_json_atomically
 from gradalign.config import config_digest
-from gradalign.environment import project_root
 from gradalign.schema import record_problem
 from gradalign.verdict import EVIDENCE, RULES, SCOPES, derive_verdict
 
@@ -62,14 +60,9 @@ def record_digest(record: dict) -> str:
 
 class ResultStore:
     def __init__(self, root: str | Path | None = None):
-        env = os.environ.get("GRADALIGN_RESULTS")
-        if root is None and env is not None and not env.strip():
-            from gradalign.errors import ConfigError
+        from gradalign.store_root import results_root
 
-            raise ConfigError(
-                "GRADALIGN_RESULTS is set but empty; unset it (results/ of the checkout) or name a folder"
-            )
-        self.root = Path(root or env or project_root() / "results")
+        self.root = results_root(root)
 
     def path(self, element_id: str, preset: str, digest: str) -> Path:
         return self.root / part_of(element_id) / element_id / f"{preset}-{digest}.json"

@@ -116,16 +116,3 @@ def measure_fast_path(
         # other work on the machine slows the two paths alike only roughly: a ratio measured under load is noisy
         "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
     }
-
-
-def agree_within_noise(fp32: list[float], fast: list[float], quantity: str) -> dict:
-    """Whether fast-path runs agree with fp32 runs of the same seeds within seed noise: each at least as good as
-    the other (`rules.compare`), that is |mean difference| within 2 standard errors, with at least 3 seeds each."""
-    from gradalign.experiments.rules import compare, summary
-
-    a, b = summary(fast), summary(fp32)
-    both = [
-        compare(x, y, relation="at_least", higher_is_better=False, quantity=quantity, names=names, claim="agree")
-        for x, y, names in ((a, b, ("bf16", "fp32")), (b, a, ("fp32", "bf16")))
-    ]
-    return {"passed": all(c["passed"] for c in both), "value": both[0]["value"]}

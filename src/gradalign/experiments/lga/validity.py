@@ -72,8 +72,9 @@ def ssl(record: dict) -> dict:
 
 def _near_reference(record: dict) -> dict:
     """The supervised baseline's test error at each (data set, labels) against the book's reference
-    (`gradalign.reference`); with several data sets (Table 1's columns) each against its own, all must pass."""
-    from gradalign.reference import baseline_check
+    (`gradalign.experiments.reference`); with several data sets (Table 1's columns) each against its own, all
+    must pass."""
+    from gradalign.experiments.reference import baseline_check
 
     m = record["metrics"]
     if "table" in m:

@@ -89,8 +89,8 @@ def benchmark(record: dict) -> dict:
 
 def _near_reference(record: dict) -> dict:
     """The labeled-only baseline's best test error at each (data set, labels) column against the book's
-    reference (`gradalign.reference`); every column must pass."""
-    from gradalign.reference import baseline_check
+    reference (`gradalign.experiments.reference`); every column must pass."""
+    from gradalign.experiments.reference import baseline_check
 
     columns = _columns(record)
     by_dataset: dict[str, dict[int, float | None]] = {}

@@ -14,7 +14,7 @@ assumed: `finished`). The test error
 is read at the evaluation with the lowest validation error, on the whole test split. They are committed under
 `results/runs/lga.ssl/` like every run; `lookup` reads them and never trains.
 
-Measure (about 30 minutes on one core): `python -m gradalign.reference` (or `--preset smoke`).
+Measure (about 30 minutes on one core): `python -m gradalign.experiments.reference` (or `--preset smoke`).
 """
 
 from __future__ import annotations
@@ -68,9 +68,9 @@ def config(preset: str = "cpu", dataset: str = "fashion_mnist") -> SSLBenchConfi
 
 
 def _runs_folder(results: str | Path | None) -> Path:
-    from gradalign.results import ResultStore
+    from gradalign.store_root import results_root
 
-    return Path(ResultStore(results).root) / "runs"
+    return results_root(results) / "runs"
 
 
 def _units(cfg: SSLBenchConfig, labels: int) -> list:
@@ -119,33 +119,48 @@ def summary(cfg: SSLBenchConfig, labels: int, results: str | Path | None = None)
     return summarise([e["value"] for e in entries], labels, [e["provenance"].get("hardware", "?") for e in entries])
 
 
-def lookup(dataset: str, labels: int, results: str | Path | None = None) -> float | None:
-    """The reference's mean test error (%) for `dataset` at `labels`; None when it is not measured, or its runs
-    did not finish learning (a reference that is still improving is no reference)."""
+def state(dataset: str, labels: int, results: str | Path | None = None) -> tuple[float | None, str]:
+    """(the reference's mean test error in % for `dataset` at `labels`, or None; why it is None): a reference
+    counts only when every seed is stored and its runs finished learning (one still improving is no reference)."""
     from gradalign.data.image_sets import IMAGE_SETS
 
     if dataset not in IMAGE_SETS:
-        return None
+        return None, f"no reference for {dataset!r}"
     cfg = config("cpu", dataset)
     if labels not in cfg.labels:
-        return None
+        return None, f"no reference at {labels:,} labels (measured: {', '.join(f'{n:,}' for n in cfg.labels)})"
     s = summary(cfg, labels, results)
-    return s["test_error"] if s is not None and s["finished"]["passed"] else None
+    if s is None:
+        return None, "reference not measured (python -m gradalign.experiments.reference)"
+    if not s["finished"]["passed"]:
+        v = s["finished"]["value"]
+        return None, f"reference still learning ({v['finished']} of {v['runs']} runs finished)"
+    return s["test_error"], "measured"
+
+
+def lookup(dataset: str, labels: int, results: str | Path | None = None) -> float | None:
+    """The reference's mean test error (%) for `dataset` at `labels`, or None (`state` says why)."""
+    return state(dataset, labels, results)[0]
 
 
 def baseline_check(dataset: str, baselines: dict[int, float | None], quantity: str, results=None) -> dict:
     """The precondition *baseline sane* for one record: each label count's supervised baseline (test error, %)
-    within `TOLERANCE` points of the reference (`rules.near_reference`); every label count must pass."""
+    within `TOLERANCE` points of the reference (`rules.near_reference`); every label count must pass, and one
+    without a usable reference fails, saying why."""
+    claim = "the baseline is near the book's reference"
     if not baselines:
-        return not_recorded("the baseline is near the book's reference", "the baseline's test error")
-    parts = {n: near_reference(b, lookup(dataset, n, results), TOLERANCE, quantity) for n, b in baselines.items()}
-    failing = [p for p in parts.values() if not p["passed"]]
-    first = (failing or list(parts.values()))[0]
-    return {
-        **first,
-        "passed": not failing,
-        "value": {f"{n} labels": p["value"] for n, p in sorted(parts.items())},
-    }
+        return not_recorded(claim, "the baseline's test error")
+    values, passed = {}, True
+    for n, b in sorted(baselines.items()):
+        reference, why = state(dataset, n, results)
+        part = near_reference(b, reference, TOLERANCE, quantity) if reference is not None else None
+        values[f"{n:,} labels"] = part["value"] if part else why
+        passed = passed and part is not None and part["passed"]
+    rule = (
+        f"baseline {quantity}: at most {TOLERANCE:g} points above the reference's at every label count; a reference "
+        "counts once its runs finished learning (the finished-learning rule)"
+    )
+    return {"passed": passed, "value": values, "rule": rule, "claim": claim}
 
 
 def measure(preset: str = "cpu", dataset: str = "fashion_mnist", device: str = "cpu", results=None) -> list[dict]:
@@ -174,7 +189,9 @@ def measure(preset: str = "cpu", dataset: str = "fashion_mnist", device: str = "
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m gradalign.reference", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m gradalign.experiments.reference", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--preset", default="cpu", choices=sorted(PRESETS))
     parser.add_argument("--dataset", default="fashion_mnist")
     parser.add_argument("--device", default="cpu")
