@@ -154,7 +154,7 @@ def baseline_check(dataset: str, baselines: dict[int, float | None], quantity: s
     for n, b in sorted(baselines.items()):
         reference, why = state(dataset, n, results)
         part = near_reference(b, reference, TOLERANCE, quantity) if reference is not None else None
-        values[f"{n:,} labels"] = part["value"] if part else why
+        values[f"{n:,} labels"] = part["value"] if part else {"baseline": b, "reference": why}
         passed = passed and part is not None and part["passed"]
     rule = (
         f"baseline {quantity}: at most {TOLERANCE:g} points above the reference's at every label count; a reference "
