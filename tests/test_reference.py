@@ -78,7 +78,10 @@ def test_baseline_check_without_a_reference_or_a_baseline_is_not_recorded(tmp_pa
     assert not missing["passed"] and "not measured" in missing["value"]["1,000 labels"]["reference"]
     _store(tmp_path, 4000, 12.0, history=FALLING)
     learning = reference.baseline_check("fashion_mnist", {4000: 12.0}, "test error", tmp_path)
-    assert not learning["passed"] and "still learning (0 of 3 runs finished)" in learning["value"]["4,000 labels"]["reference"]
+    assert (
+        not learning["passed"]
+        and "still learning (0 of 3 runs finished)" in learning["value"]["4,000 labels"]["reference"]
+    )
     assert not reference.baseline_check("fashion_mnist", {}, "test error", tmp_path)["passed"]
 
 
