@@ -17,8 +17,7 @@ FALLING = [30.0, 28.0, 26.0, 24.0, 22.0, 20.0, 18.0, 16.0, 14.0, 12.0]  # still 
 
 def _store(tmp_path, labels: int, test_error: float, history=FLAT, seeds=3):
     cfg = reference.config("cpu")
-    for seed in range(seeds):
-        unit = run_unit(cfg, cfg.dataset, reference.FAMILY, "supervised", labels, seed)
+    for seed, unit in enumerate(reference._units(cfg, labels)[:seeds]):
         value = {
             "dataset": cfg.dataset,
             "test_error": test_error + seed * 0.1,
@@ -55,7 +54,7 @@ def test_lookup_needs_every_seed_and_a_measured_label_count(tmp_path):
 
 def test_an_edited_reference_run_is_reported_and_not_used(tmp_path):
     cfg = _store(tmp_path, 1000, 15.0)
-    unit = run_unit(cfg, cfg.dataset, reference.FAMILY, "supervised", 1000, 0)
+    unit = reference._units(cfg, 1000)[0]
     path = entry_path(tmp_path / "runs", unit.kind, unit.key)
     doc = json.loads(path.read_text())
     doc["value"]["test_error"] = 1.0
@@ -83,6 +82,15 @@ def test_baseline_check_without_a_reference_or_a_baseline_is_not_recorded(tmp_pa
         and "still learning (0 of 3 runs finished)" in learning["value"]["4,000 labels"]["reference"]
     )
     assert not reference.baseline_check("fashion_mnist", {}, "test error", tmp_path)["passed"]
+
+
+def test_the_longer_label_counts_run_longer_on_the_fast_path():
+    cfg = reference.config("cpu")
+    assert reference.for_labels(cfg, 250) == cfg
+    longer = reference.for_labels(cfg, 4000)
+    assert longer.protocol.steps == reference.LONGER[4000] > cfg.protocol.steps and longer.fast.bf16
+    assert reference._units(cfg, 4000)[0].key != run_unit(cfg, cfg.dataset, "cifar", "supervised", 4000, 0).key
+    assert reference.for_labels(reference.config("smoke"), 4000) == reference.config("smoke")
 
 
 def test_bad_preset_is_one_line_error():
