@@ -99,7 +99,9 @@ def test_trial_finals_early_stop_by_validation():
 
 def test_tuning_candidates_vary_one_setting_at_a_time():
     cfg = study.ShellsStudyConfig()
-    cands = study.tuning_candidates(cfg)
+    from gradalign.experiments.lga.shells_tuning import tuning_candidates
+
+    cands = tuning_candidates(cfg)
     start = cands["lga/alpha_w=0.01"][1]
     assert cands["lga/lr=0.001"][1] == start  # the start is one candidate on every axis
     assert cands["lga/alpha_w=0.1"][1].alpha_w == 0.1 and not start.alignment

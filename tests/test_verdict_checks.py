@@ -15,7 +15,7 @@ import torch
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.base import outcome
 from gradalign.experiments.isoloss import deep_siamese, eigenmodes, toy
-from gradalign.experiments.lga import algorithm1, linear, shells, ssl_benchmark, ssl_runs
+from gradalign.experiments.lga import algorithm1, linear, shells, shells_figure, ssl_benchmark, ssl_runs
 
 # --- the check names each experiment produces at the smoke preset, in order --------------------------
 
@@ -247,7 +247,7 @@ FUNCTIONS = {
         {"rel_gap": 1e-13, "bn_moved": 0.0, "pass_moved": 0.3, "imputed_accuracy": 0.8},
     ),
     "shells_fig2": (
-        shells.shells_figure_checks,
+        shells_figure.shells_figure_checks,
         {"outside": 0, "counts": [100, 95, 105, 98, 102], "n": 500, "both": [True] * 4, "mixed": [30, 41, 52, 60]},
     ),
     "shells_fig3": (

@@ -29,6 +29,18 @@ def _shells_trials(cfg: Config) -> list[Unit]:
     return [trial_unit(cfg, k) for k in range(cfg.trials)]
 
 
+def _shells_trials_and_tuning(cfg: Config) -> list[Unit]:
+    """Figure 4: the trials, then the tuning runs whose table it shows (`shells_tuning`)."""
+    from gradalign.experiments.lga.shells_tuning import tuning_candidates, tuning_unit
+
+    tuning = [
+        tuning_unit(cfg, method, settings, j)
+        for method, settings in tuning_candidates(cfg).values()
+        for j in range(cfg.tuning_trials)
+    ]
+    return _shells_trials(cfg) + tuning
+
+
 def _benchmark_runs(cfg: Config) -> list[Unit]:
     from gradalign.experiments.lga.ssl_runs import benchmark_units
 
@@ -75,7 +87,7 @@ def _siamese_runs(cfg: Config) -> list[Unit]:
 
 UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "lga.fig3": _shells_trials,
-    "lga.fig4": _shells_trials,
+    "lga.fig4": _shells_trials_and_tuning,
     "lga.fig5": _benchmark_runs,
     "lga.fig6": _benchmark_runs,
     "lga.fig7": _benchmark_runs,

@@ -1,5 +1,11 @@
 """LGA part (Jackson & Schulman 2019): one module per notebook."""
 
-from gradalign.experiments.lga import algorithm1, linear, shells, ssl_benchmark
+from gradalign.experiments.lga import algorithm1, linear, shells, shells_figure, ssl_benchmark
 
-EXPERIMENTS = algorithm1.EXPERIMENTS + linear.EXPERIMENTS + shells.EXPERIMENTS + ssl_benchmark.EXPERIMENTS
+EXPERIMENTS = (
+    algorithm1.EXPERIMENTS
+    + linear.EXPERIMENTS
+    + shells_figure.EXPERIMENTS
+    + shells.EXPERIMENTS
+    + ssl_benchmark.EXPERIMENTS
+)

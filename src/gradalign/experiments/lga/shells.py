@@ -1,4 +1,4 @@
-"""LGA part, §3.2: the shells data set (Figure 2) and LGA against supervised Adam on it (Figures 3-4).
+"""LGA part, §3.2: LGA against supervised Adam on the shells data set (Figures 3-4; Figure 2: `shells_figure`).
 
 Figures 3 and 4 come from the same trials; each trial is stored once in the run cache (`runcache`,
 keyed by the trial's settings), so whichever of the two runs first trains and the other reads it back,
@@ -19,114 +19,17 @@ is checked at the end of training and early-stopped by validation; `lga.validity
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
 
 import torch
 
-from gradalign.config import Config, require
 from gradalign.experiments.rules import compare, summary
-from gradalign.experiments.base import check, Experiment, outcome, plural, same_as_cpu, scale_text
-from gradalign.run_unit import Unit, without_defaults
-from gradalign.training.shells import ShellsTrialSettings
+from gradalign.experiments.base import never_used, check, Experiment, outcome, plural, scale_text
+from gradalign.run_unit import Unit
+from gradalign.experiments.lga.shells_tuning import shells_tuning
+from gradalign.experiments.lga.shells_config import STUDY_TRIAL, ShellsStudyConfig, _data  # noqa: F401 (re-exported)
 
 NOTEBOOK = "notebooks/lga/03_synthetic_shells.ipynb"
 STUDY_VERSION = 3  # 2: test metrics from training.evaluate (float64 loss sums); 3: validation split, diagnostics
-TUNING_VERSION = 1
-
-
-@dataclass(frozen=True)
-class ShellsPlotConfig(Config):
-    d: int = 2
-    n: int = 2500
-
-    def validate(self) -> None:
-        super().validate()
-        require(self, "d", self.d >= 1, "must be >= 1")
-        require(self, "n", self.n >= 5, "must be >= 5")
-
-
-def shells_figure_checks(
-    outside: int, counts: list[int], n: int, both: list[bool], mixed: list[int]
-) -> dict[str, dict]:
-    """Figure 2's checks: points outside their class's radii, points per class (of n), whether both neighbouring
-    classes lie within 0.25 of each boundary r = 1, 2, ... and how many points do."""
-    return {
-        "radii_follow_eq14": check(
-            outside == 0,
-            outside,
-            "points outside their class's radii = 0",
-            "each class c lies at the radii Eq. 14 gives it",
-        ),
-        "classes_balanced": check(
-            min(counts) > 0.8 * n / len(counts), counts, "every class > 80% of n/5", "c ~ Discrete(1, ..., 5)"
-        ),
-        "boundaries_in_dense_regions": check(
-            all(both),
-            mixed,
-            "both neighbours present within 0.25 of r = 1, 2, 3, 4",
-            "the optimal decision boundaries pass through regions of high density",
-        ),
-    }
-
-
-def shells_figure(cfg: ShellsPlotConfig, device) -> dict:
-    """Figure 2: the data set at d = 2, and the radial structure Eq. 14 prescribes."""
-    from gradalign.data.shells import N_CLASSES, sample_shells
-
-    x, y = sample_shells(cfg.n, cfg.d, torch.Generator().manual_seed(cfg.seed))
-    r = x.norm(dim=1)
-    allowed = torch.zeros(len(r), dtype=torch.bool)
-    for c in range(N_CLASSES):
-        lo, hi = float(c), float(c + 1)
-        inner = (r >= lo) & (r <= lo + 0.25)
-        outer = (r >= hi - 0.25) & (r <= hi)
-        ok = outer if c == 0 else inner if c == N_CLASSES - 1 else inner | outer
-        allowed |= (y == c) & ok
-    counts = torch.bincount(y, minlength=N_CLASSES).tolist()
-    # each boundary r = 1..4 has both neighbouring classes within 0.25 of it: the boundary crosses dense regions
-    mixed = [int(((r - k).abs() <= 0.25).sum()) for k in range(1, N_CLASSES)]
-    both = [
-        bool(((y == k - 1) & ((r - k).abs() <= 0.25)).any() and ((y == k) & ((r - k).abs() <= 0.25)).any())
-        for k in range(1, N_CLASSES)
-    ]
-    checks = shells_figure_checks(int((~allowed).sum()), counts, cfg.n, both, mixed)
-    curves = {"x": x[:, :2].tolist(), "y": y.tolist()}
-    return outcome(checks, {"class_counts": counts, "points_near_boundaries": mixed}, curves)
-
-
-STUDY_TRIAL = ShellsTrialSettings(steps=6000, eval_every=250, labeled_weight=3.0)
-"""Each study trial's settings, our choice from the tuning on the validation split (`TUNING`, shown on the page):
-LGA's best candidate by mean best validation accuracy, T(i) = 3 (lr 1e-3, α_w 1e-2, ε_norm 1e-3, unlabeled batch 128;
-the candidates combining each axis's best did not beat it). One lr serves both arms: the supervised baseline's best,
-3e-4, was within 0.0011 of 1e-3, far inside the tuning's SE (about 0.009). 6,000 steps: every tuning run's
-validation error was flat over its last 20 % by then (`rules.run_finished`)."""
-
-
-@dataclass(frozen=True)
-class ShellsStudyConfig(Config):
-    d: int = 50
-    n: int = 5000  # labeled points
-    unlabeled_factor: int = 5  # n_u = 5n = 25,000
-    n_test: int = 5000  # our choice: the paper does not state the test set size
-    n_val: int = 5000  # our choice: a validation split drawn like the training data, for tuning and early stopping
-    trials: int = 25  # as in the paper
-    trial: ShellsTrialSettings = STUDY_TRIAL  # optimisation and measurement of each trial (tuned: `TUNING`)
-    tuning_trials: int = 2  # data sets (seeds seed + 1000 + j, apart from the study's) per tuning candidate
-    tuning_steps: int = 6000  # each tuning run's steps (our choice), evaluated every `trial.eval_every`
-    # the supervised arms of all trials trained together (training.shells_batched), or each on its own: equal to
-    # float rounding, not to the bit, so each is stored under its own key
-    batched: bool = True
-
-    def to_dict(self) -> dict:
-        """`batched` only when false: records stored before the field existed keep their keys."""
-        return without_defaults(self, super().to_dict(), ("batched",))
-
-    def validate(self) -> None:
-        super().validate()
-        for name in ("d", "n", "n_test", "n_val", "trials", "unlabeled_factor", "tuning_trials", "tuning_steps"):
-            require(self, name, getattr(self, name) >= 1, "must be >= 1")
-        require(self, "trial", self.trial.hessian_points <= self.n_test, "hessian_points must be <= n_test")
-        require(self, "tuning_steps", self.tuning_steps >= self.trial.eval_every, "must be >= trial.eval_every")
 
 
 def trial_unit(cfg: ShellsStudyConfig, k: int, supervised=None) -> Unit:
@@ -147,12 +50,6 @@ def trial_unit(cfg: ShellsStudyConfig, k: int, supervised=None) -> Unit:
     }
     train = functools.partial(_train, cfg, seed, supervised)
     return Unit(f"trial {k} (seed {seed})", "lga.shells", spec, STUDY_VERSION, train)
-
-
-def _data(cfg: ShellsStudyConfig, seed: int):
-    from gradalign.data.shells import make_shells
-
-    return make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed, n_val=cfg.n_val)
 
 
 def _train(cfg: ShellsStudyConfig, seed: int, supervised, _checkpoint) -> dict:
@@ -187,101 +84,6 @@ class BatchedSupervisedArms:
 def _trial(cfg: ShellsStudyConfig, k: int, supervised=None) -> dict:
     """Both algorithms on trial k's data set (seed + k); read back from the run cache when stored."""
     return trial_unit(cfg, k, supervised).run()
-
-
-# --- tuning on the validation split (no Hessian: cheap) -------------------------------------------------------
-
-TUNING_START = ShellsTrialSettings(steps=6000, eval_every=250, alignment=False)
-"""Where the one-at-a-time search starts: Figure 1's lr and ε_norm, α_w = 1e-2, T(i) = 1, unlabeled batch 128."""
-TUNING = {
-    "supervised": {"lr": [1e-4, 3e-4, 1e-3, 3e-3]},
-    "lga": {
-        "alpha_w": [1e-3, 1e-2, 3e-2, 1e-1],
-        "eps_norm": [1e-6, 1e-3],
-        "labeled_weight": [0.3, 1.0, 3.0, 10.0],
-        "unlabeled_batch": [128, 640],
-        "lr": [3e-4, 1e-3],
-    },
-}
-"""The candidates, one setting varied at a time from `TUNING_START` (our choice: a full grid does not fit the CPU)."""
-TUNED_EXTRA: dict[str, dict] = {
-    "lga": {
-        "together: lr 3e-4, eps_norm 1e-6, T 3, unlabeled batch 640": {
-            "lr": 3e-4,
-            "eps_norm": 1e-6,
-            "labeled_weight": 3.0,
-            "unlabeled_batch": 640,
-        },
-        "together: lr 3e-4, eps_norm 1e-6, T 10, unlabeled batch 640": {
-            "lr": 3e-4,
-            "eps_norm": 1e-6,
-            "labeled_weight": 10.0,
-            "unlabeled_batch": 640,
-        },
-    }
-}
-"""Candidates beyond one-at-a-time (the chosen values together), by name."""
-
-
-def tuning_candidates(cfg: ShellsStudyConfig) -> dict[str, tuple[str, ShellsTrialSettings]]:
-    """name -> (method, settings) of every tuning run: the start, each value of each axis, and the extras."""
-    start = replace(TUNING_START, steps=cfg.tuning_steps, eval_every=cfg.trial.eval_every, batch=cfg.trial.batch)
-    out = {}
-    for method, axes in TUNING.items():
-        for axis, values in axes.items():
-            for v in values:
-                out[f"{method}/{axis}={v:g}"] = (method, replace(start, **{axis: v}))
-        for name, changes in TUNED_EXTRA.get(method, {}).items():
-            out[f"{method}/{name}"] = (method, replace(start, **changes))
-    return out
-
-
-def tuning_unit(cfg: ShellsStudyConfig, method: str, settings: ShellsTrialSettings, j: int) -> Unit:
-    """One tuning run: `method` with `settings` on tuning data set j (seed + 1000 + j), no Hessian."""
-    seed = cfg.seed + 1000 + j
-    spec = {
-        "d": cfg.d,
-        "n": cfg.n,
-        "n_unlabeled": cfg.unlabeled_factor * cfg.n,
-        "n_test": cfg.n_test,
-        "n_val": cfg.n_val,
-        "seed": seed,
-        "method": method,
-        "trial": settings.to_dict(),
-    }
-    train = functools.partial(_tune, cfg, method, settings, seed)
-    return Unit(f"tuning {method} (seed {seed})", "lga.shells-tuning", spec, TUNING_VERSION, train)
-
-
-def _tune(cfg: ShellsStudyConfig, method: str, settings: ShellsTrialSettings, seed: int, _checkpoint) -> dict:
-    from gradalign.training.shells import shells_trial
-
-    return shells_trial(_data(cfg, seed), method, settings, seed)
-
-
-def shells_tuning(cfg: ShellsStudyConfig) -> tuple[dict, dict]:
-    """(table: per candidate, its method, axis, value and mean ± SE over tuning data sets of the best validation
-    accuracy and loss and the step of the best accuracy; curves: the mean validation accuracy per candidate)."""
-    from gradalign.progress import progress
-
-    table, curves = {}, {}
-    for name, (method, settings) in progress(list(tuning_candidates(cfg).items()), desc="shells tuning"):
-        runs = [tuning_unit(cfg, method, settings, j).run() for j in range(cfg.tuning_trials)]
-        best_acc = [max(r["val_accuracy"]) for r in runs]
-        best_loss = [min(r["val_loss"]) for r in runs]
-        at = [r["step"][r["val_accuracy"].index(max(r["val_accuracy"]))] for r in runs]
-        row = {"method": method, "setting": name.split("/", 1)[1]}
-        for key, values in (("best_val_accuracy", best_acc), ("best_val_loss", best_loss), ("best_step", at)):
-            st = summary(values)
-            row[key] = {"mean": st["mean"], "se": st["std"] / st["n"] ** 0.5}
-        row["final_val_accuracy"] = sum(r["val_accuracy"][-1] for r in runs) / len(runs)
-        if method == "lga":
-            row["imputed_accuracy"] = sum(r["imputed_accuracy"][-1] for r in runs) / len(runs)
-            row["eps_dominates"] = sum(r["final_eps_dominates"][0] for r in runs) / len(runs)
-        table[name] = row
-        curves[f"tuning/{name}/val_accuracy"] = _mean_std([r["val_accuracy"] for r in runs])[0]
-        curves["tuning/step"] = runs[0]["step"]
-    return table, curves
 
 
 def _mean_std(rows: list[list[float]]) -> tuple[list[float], list[float]]:
@@ -495,7 +297,6 @@ STUDY_CHOICES = {
 }
 
 EXPERIMENTS = [
-    Experiment("lga.fig2", shells_figure, ShellsPlotConfig, same_as_cpu({}, {"n": 500}), 1, NOTEBOOK),
     Experiment(
         "lga.fig3",
         figure3,
@@ -506,6 +307,7 @@ EXPERIMENTS = [
         choices=STUDY_CHOICES,
         shares=SHARED_TRIALS,
         scale=study_scale,
+        unused=never_used("Figure 3 reads no tuning runs (Figure 4 shows the tuning)", "tuning_trials", "tuning_steps"),
     ),
     Experiment(
         "lga.fig4",
