@@ -22,9 +22,8 @@ from gradalign.experiments.sgr.memory import (
     memory_targets,
     memory_targets_pooled,
     paper_table5_ratios,
-    pooled_belilovsky_head,
-    step_memory_with_head_share,
 )
+from gradalign.analysis.head_share import pooled_belilovsky_head, step_memory_with_head_share
 from gradalign.models.resnet_cifar import resnet32
 
 
