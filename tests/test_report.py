@@ -111,10 +111,11 @@ def test_a_record_whose_code_changed_is_stale(tmp_path):
     from gradalign.runner import run, stale_files
 
     record = run("lga.fig2", "smoke", store=ResultStore(tmp_path))
-    module = "gradalign.experiments.lga.shells"
+    module = "gradalign.experiments.lga.shells_figure"
     assert record["provenance"]["code"] == code_fingerprint(module)
     assert (
-        "experiments/lga/shells.py" in record["provenance"]["code"] and "data/shells.py" in record["provenance"]["code"]
+        "experiments/lga/shells_figure.py" in record["provenance"]["code"]
+        and "data/shells.py" in record["provenance"]["code"]
     )
     assert stale_files(record) == [] and stale_text(record) == "current"
     edited = {**record, "provenance": {**record["provenance"], "code": {**record["provenance"]["code"]}}}
