@@ -107,3 +107,14 @@ def test_mechanism_summary_names_the_lambda_and_whether_the_term_acted():
     record["preconditions"] = tab3(record)
     text, rows = mechanism_summary(record)
     assert "is not met" in text and rows["fashion_mnist/resnet32"]["ratio"] == 0.9
+
+
+def test_pilot_checks_fail_when_the_papers_lambda_does_not_act():
+    from gradalign.experiments.sgr.lambda_pilot import pilot_checks
+
+    row = {"reduction": "mean", "lam": 1.0, "network": "resnet32", "K": 16}
+    acting = pilot_checks([row | {"active": True, "term_ratio": 0.3}, row | {"lam": 1e3, "active": False}])
+    assert acting["paper_lambda_acts"]["passed"]
+    idle = pilot_checks([row | {"active": True, "term_ratio": 0.3}, row | {"K": 2, "active": False, "term_ratio": 1.0}])
+    assert not idle["paper_lambda_acts"]["passed"]
+    assert not pilot_checks([row | {"lam": 1e3, "active": True, "term_ratio": 0.2}])["paper_lambda_acts"]["passed"]

@@ -86,6 +86,16 @@ for _line in _TABLE.strip().splitlines():
     ELEMENTS[_id] = Element(_id, _title, _kind, _scope)
 
 
+def is_study(element_id: str) -> bool:
+    """An element of our own (kind `study`, e.g. `sgr.lam`): on its page and in the report, but not one of the
+    papers' elements, so the scoreboards do not count it."""
+    return ELEMENTS[element_id].kind == "study"
+
+
+PAPER_ELEMENTS = [e for e in ELEMENTS if not is_study(e)]
+"""The papers' elements (46), in the table's order."""
+
+
 def element(element_id: str) -> Element:
     if element_id not in ELEMENTS:
         raise ConfigError(f"unknown element id {element_id!r}; choose one of: {', '.join(ELEMENTS)}")

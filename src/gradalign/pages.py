@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gradalign.config import PRESETS
 from gradalign.data.image_sets import IMAGE_SETS
-from gradalign.elements import ELEMENTS, PARTS
+from gradalign.elements import ELEMENTS, PAPER_ELEMENTS, PARTS
 from gradalign.environment import project_root
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.units import UNITS
@@ -61,7 +61,7 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
         "| --- | --- | --- | --- |",
     ]
     for part, title in PARTS.items():
-        ids = [e for e in ELEMENTS if e.startswith(part + ".")]
+        ids = [e for e in PAPER_ELEMENTS if e.startswith(part + ".")]
         built = sum(verdicts[e] != NOT_BUILT for e in ids)
         paged = sum(page_link(e, base).startswith("[") for e in ids)  # linked: its page is in the book
         intro = part_page(part)
@@ -78,7 +78,7 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
         "",
     ]
     for status in SUMMARY_ORDER:
-        ids = [e for e in ELEMENTS if verdicts[e] == status]
+        ids = [e for e in PAPER_ELEMENTS if verdicts[e] == status]
         if not ids:
             continue
         if status == NOT_BUILT:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gradalign.comparison import paper_vs_ours
 from gradalign.config import PRESET_ORDER_FOR_BOOK
-from gradalign.elements import ELEMENTS, PARTS
+from gradalign.elements import ELEMENTS, PAPER_ELEMENTS, PARTS, is_study
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.validity import evidence_of
 from gradalign.record_text import duration, seeds_text, time_text
@@ -206,7 +206,7 @@ def split_counts(verdicts: dict[str, str]) -> dict[str, str]:
     """`summary_counts` over the analytic and over the empirical elements, apart."""
     out = {}
     for evidence in ("analytic", "empirical"):
-        part = {e: v for e, v in verdicts.items() if evidence_of(e) == evidence}
+        part = {e: v for e, v in verdicts.items() if evidence_of(e) == evidence and not is_study(e)}
         out[evidence] = (summary_counts(part) or "none") + f" (of {len(part)})"
     return out
 
@@ -229,7 +229,12 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
         "changed since.",
         "",
         f"**Analytic:** {split_counts(verdicts)['analytic']}. **Empirical:** {split_counts(verdicts)['empirical']}. "
-        f"Of {len(ELEMENTS)} elements in all.",
+        f"Of {len(PAPER_ELEMENTS)} elements of the papers"
+        + (
+            f"; our own studies ({', '.join(f'`{e}`' for e in ELEMENTS if is_study(e))}) are listed, not counted."
+            if len(PAPER_ELEMENTS) < len(ELEMENTS)
+            else "."
+        ),
         "",
     ]
     details = []
