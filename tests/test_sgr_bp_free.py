@@ -10,7 +10,7 @@ from torch.nn import functional as F
 from gradalign.analysis.input_effect import input_effect, module_inputs
 from gradalign.errors import ConfigError
 from gradalign.experiments import EXPERIMENTS
-from gradalign.experiments.sgr import bp_free
+from gradalign.experiments.sgr import bp_free, bp_free_figures
 from gradalign.methods.local import LOCAL_METHODS, LocalSettings
 from gradalign.models.etf import FixedETFHead
 from gradalign.models.plain_mlp import PlainMLP, mlp_modules, parameter_count
@@ -138,22 +138,25 @@ def _curves(sgr, acc, loss=(1.0, 0.5), train_acc=(50.0, 60.0), spread=0.01):
 
 
 def test_figure2_checks():
-    ok = bp_free.figure2_checks(_curves((0.1, 0.1), (50, 60)), _curves((0.2, 0.3), (40, 55)))
+    ok = bp_free_figures.figure2_checks(_curves((0.1, 0.1), (50, 60)), _curves((0.2, 0.3), (40, 55)))
     assert all(c["passed"] for c in ok.values())
-    bad = bp_free.figure2_checks(_curves((0.1, 0.4), (50, 50)), _curves((0.2, 0.3), (40, 59)))
+    bad = bp_free_figures.figure2_checks(_curves((0.1, 0.4), (50, 50)), _curves((0.2, 0.3), (40, 59)))
     assert not bad["sgr_term_lower_with_sgr"]["passed"] and not bad["test_accuracy_higher_throughout"]["passed"]
     assert not bad["test_accuracy_higher_throughout"]["within_noise"]  # lower beyond noise
-    close = bp_free.figure2_checks(_curves((0.1, 0.1), (50, 59.5)), _curves((0.2, 0.3), (40, 59)))
+    close = bp_free_figures.figure2_checks(_curves((0.1, 0.1), (50, 59.5)), _curves((0.2, 0.3), (40, 59)))
     assert close["test_accuracy_higher_throughout"]["within_noise"]
 
 
 def test_figure4_checks():
-    ok = bp_free.figure4_checks(_curves((0,), (0,), (1.0, 0.4), (50, 70)), _curves((0,), (0,), (1.0, 0.5), (50, 60)))
+    fig4 = bp_free_figures.figure4_checks
+    ok = fig4(_curves((0,), (0,), (1.0, 0.4), (50, 70)), _curves((0,), (0,), (1.0, 0.5), (50, 60)))
     assert all(c["passed"] for c in ok.values()) and len(ok) == 3
-    bad = bp_free.figure4_checks(_curves((0,), (0,), (1.0, 0.6), (50, 70)), _curves((0,), (0,), (1.0, 0.5), (50, 60)))
+    bad = bp_free_figures.figure4_checks(
+        _curves((0,), (0,), (1.0, 0.6), (50, 70)), _curves((0,), (0,), (1.0, 0.5), (50, 60))
+    )
     assert not bad["final_train_loss_lower_with_sgr"]["passed"] and bad["final_train_acc_higher_with_sgr"]["passed"]
     one_seed = {k: v[:1] for k, v in _curves((0,), (0,), (1.0, 0.4), (50, 70)).items()}
-    few = bp_free.figure4_checks(one_seed, _curves((0,), (0,), (1.0, 0.5), (50, 60)))
+    few = bp_free_figures.figure4_checks(one_seed, _curves((0,), (0,), (1.0, 0.5), (50, 60)))
     assert (
         not few["final_train_loss_lower_with_sgr"]["passed"] and few["final_train_loss_lower_with_sgr"]["within_noise"]
     )
@@ -238,10 +241,10 @@ def test_input_effect_is_zero_without_updates_and_the_recomputed_loss_change_wit
 def test_figure3_checks():
     grows = {"2": [0.01, -0.01], "3": [0.02, 0.03], "4": [0.05, 0.04]}
     helped = {"2": [0.0, 0.01], "3": [0.01, -0.01], "4": [-0.01, -0.02]}
-    ok = bp_free.figure3_checks({"layerwise": grows, "sgr": helped})
+    ok = bp_free_figures.figure3_checks({"layerwise": grows, "sgr": helped})
     assert all(c["passed"] for c in ok.values()) and len(ok) == 4
     shrinks = {"2": [0.05, -0.05], "3": [-0.01, -0.02], "4": [-0.001, 0.0]}
-    bad = bp_free.figure3_checks({"layerwise": shrinks, "sgr": grows})
+    bad = bp_free_figures.figure3_checks({"layerwise": shrinks, "sgr": grows})
     assert not any(c["passed"] for c in bad.values())
 
 

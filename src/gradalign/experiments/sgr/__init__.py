@@ -3,6 +3,7 @@
 from gradalign.experiments.sgr import (
     attributes,
     bp_free,
+    bp_free_figures,
     gradient_cost,
     imagenet,
     lambda_pilot,
@@ -14,4 +15,10 @@ from gradalign.experiments.sgr import (
 
 EXPERIMENTS = theory.EXPERIMENTS + two_layer.EXPERIMENTS + gradient_cost.EXPERIMENTS + lambda_pilot.EXPERIMENTS
 EXPERIMENTS += local_bp.EXPERIMENTS
-EXPERIMENTS += attributes.EXPERIMENTS + bp_free.EXPERIMENTS + memory.EXPERIMENTS + imagenet.EXPERIMENTS
+EXPERIMENTS += (
+    attributes.EXPERIMENTS
+    + bp_free.EXPERIMENTS
+    + bp_free_figures.EXPERIMENTS
+    + memory.EXPERIMENTS
+    + imagenet.EXPERIMENTS
+)
