@@ -149,13 +149,13 @@ def _figure_claims(record: dict, checks_of) -> dict:
 
 
 def fig2_claims(record: dict) -> dict:
-    from gradalign.experiments.sgr.bp_free import figure2_checks
+    from gradalign.experiments.sgr.bp_free_figures import figure2_checks
 
     return _figure_claims(record, figure2_checks)
 
 
 def fig4_claims(record: dict) -> dict:
-    from gradalign.experiments.sgr.bp_free import figure4_checks
+    from gradalign.experiments.sgr.bp_free_figures import figure4_checks
 
     return _figure_claims(record, figure4_checks)
 
