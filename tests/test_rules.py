@@ -187,9 +187,10 @@ def _metagrad_record(err_meta, err_base):
     }
 
 
-def test_assess_rederives_claims_and_measures_preconditions():
+def test_assess_rederives_claims_and_measures_preconditions(tmp_path, monkeypatch):
     from gradalign.assess import assess
 
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))  # no supervised reference measured there
     record = assess(_metagrad_record([10.0, 11.0, 12.0], [20.0, 21.0, 22.0]))
     assert record["evidence"] == "empirical" and "old" not in record["checks"]
     assert record["checks"]["method_beats_labeled_only"]["passed"]

@@ -61,8 +61,10 @@ def test_units_keep_the_keys_of_the_stored_runs():
     assert trial_unit(_cfg(preset="cpu"), 0).key == KEY_SHELLS_CPU_TRIAL0
     for element_id in ("lga.fig3", "lga.fig4"):
         units = units_of(element_id, _cfg(element_id))
-        assert [u.key for u in units] == KEYS_SHELLS_SMOKE
-        assert [u.kind for u in units] == ["lga.shells"] * 2 and units[1].label == "trial 1 (seed 1)"
+        trials = [u for u in units if u.kind == "lga.shells"]
+        assert [u.key for u in trials] == KEYS_SHELLS_SMOKE and trials[1].label == "trial 1 (seed 1)"
+    fig4 = units_of("lga.fig4", _cfg("lga.fig4"))  # Figure 4 also shows the tuning, so its runs are units too
+    assert {u.kind for u in fig4[2:]} == {"lga.shells-tuning"} and len(fig4) > 2
     assert units_of("lga.fig5", _cfg("lga.fig5", "cpu"))[0].key == KEY_FIG5_CPU_FIRST_RUN
     assert [u.key for u in units_of("lga.tab1", _cfg("lga.tab1", "cpu"))[:2]] == KEYS_TAB1_CPU_FIRST_RUNS
     assert {"lga.fig3", "lga.fig4", "lga.fig5", "lga.fig6", "lga.fig7", "lga.tab1"} <= set(UNITS)
@@ -81,6 +83,9 @@ def test_every_part_stores_exactly_its_units(element_id, tmp_path, monkeypatch, 
     assert missing_units(units) == units
     run(element_id, "smoke", store=ResultStore(tmp_path / "results"), device="cpu")
     stored = {(p.parent.name, p.stem) for p in (tmp_path / "cache" / "runs").glob("*/*.json")}
+    if element_id == "sgr.tab4":  # its units are every run it may read: the final runs at each rate of a grid
+        assert stored <= {(u.kind, u.key) for u in units} and len(stored) < len(units)
+        return
     assert stored == {(u.kind, u.key) for u in units} and missing_units(units) == []
 
 
@@ -95,7 +100,7 @@ def test_units_are_the_runs_the_experiment_reads(cache, one_thread):
     values = [_trial(cfg, k) for k in range(cfg.trials)]
     assert sorted(p.stem for p in (cache / "runs" / "lga.shells").glob("*.json")) == sorted(u.key for u in units)
     assert missing_units(units) == [] and [u.run() for u in units] == values
-    assert [u.key for u in units_of("lga.fig4", cfg)] == [u.key for u in units]
+    assert [u.key for u in units_of("lga.fig4", cfg)][: len(units)] == [u.key for u in units]
 
 
 def test_sweep_then_run_assembles_the_record_computed_directly(tmp_path, monkeypatch):
