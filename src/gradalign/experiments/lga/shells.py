@@ -26,7 +26,7 @@ from gradalign.experiments.rules import compare, summary
 from gradalign.experiments.base import never_used, check, Experiment, outcome, plural, scale_text
 from gradalign.run_unit import Unit
 from gradalign.experiments.lga.shells_tuning import shells_tuning
-from gradalign.experiments.lga.shells_config import STUDY_TRIAL, ShellsStudyConfig, _data  # noqa: F401 (re-exported)
+from gradalign.experiments.lga.shells_config import data_spec, STUDY_TRIAL, ShellsStudyConfig, _data  # noqa: F401 (re-exported)
 
 NOTEBOOK = "notebooks/lga/03_synthetic_shells.ipynb"
 STUDY_VERSION = 3  # 2: test metrics from training.evaluate (float64 loss sums); 3: validation split, diagnostics
@@ -39,12 +39,7 @@ def trial_unit(cfg: ShellsStudyConfig, k: int, supervised=None) -> Unit:
     `supervised`, when given, is the study's `BatchedSupervisedArms`, shared by its trials."""
     seed = cfg.seed + k
     spec = {
-        "d": cfg.d,
-        "n": cfg.n,
-        "n_unlabeled": cfg.unlabeled_factor * cfg.n,
-        "n_test": cfg.n_test,
-        "n_val": cfg.n_val,
-        "seed": seed,
+        **data_spec(cfg, seed),
         "trial": cfg.trial.to_dict(),
         **({} if cfg.batched else {"supervised_arm": "one_at_a_time"}),  # batched arms keep their earlier keys
     }

@@ -49,3 +49,15 @@ def _data(cfg: ShellsStudyConfig, seed: int):
     from gradalign.data.shells import make_shells
 
     return make_shells(cfg.d, cfg.n, cfg.unlabeled_factor * cfg.n, cfg.n_test, seed=seed, n_val=cfg.n_val)
+
+
+def data_spec(cfg: ShellsStudyConfig, seed: int) -> dict:
+    """The data set of `seed` as a run's key names it (trials and tuning runs alike)."""
+    return {
+        "d": cfg.d,
+        "n": cfg.n,
+        "n_unlabeled": cfg.unlabeled_factor * cfg.n,
+        "n_test": cfg.n_test,
+        "n_val": cfg.n_val,
+        "seed": seed,
+    }

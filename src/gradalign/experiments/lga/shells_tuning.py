@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from gradalign.experiments.lga.shells_config import ShellsStudyConfig, _data
+from gradalign.experiments.lga.shells_config import data_spec, ShellsStudyConfig, _data
 from gradalign.experiments.rules import summary
 from gradalign.run_unit import Unit
 from gradalign.training.shells import ShellsTrialSettings
@@ -64,12 +64,7 @@ def tuning_unit(cfg: ShellsStudyConfig, method: str, settings: ShellsTrialSettin
     """One tuning run: `method` with `settings` on tuning data set j (seed + 1000 + j), no Hessian."""
     seed = cfg.seed + 1000 + j
     spec = {
-        "d": cfg.d,
-        "n": cfg.n,
-        "n_unlabeled": cfg.unlabeled_factor * cfg.n,
-        "n_test": cfg.n_test,
-        "n_val": cfg.n_val,
-        "seed": seed,
+        **data_spec(cfg, seed),
         "method": method,
         "trial": settings.to_dict(),
     }
