@@ -4,6 +4,8 @@ of a block, the run spec, and the checks fed passing and failing cases."""
 from __future__ import annotations
 
 import pytest
+
+from gradalign.experiments.units import units_of
 import torch
 from torch.nn import functional as F
 
@@ -54,9 +56,11 @@ def test_bp_free_run_specs():
     cfg = EXPERIMENTS["sgr.tab4"].resolve("cpu")
     s = cfg.spec(cfg.network, "sgr", cfg.depth, "fashion_mnist", 0)
     assert (s.network, s.method.modules, s.method.head_kind, s.width) == ("mlp4", 4, "etf", 1.0)  # 1,024 units
-    old = EXPERIMENTS["sgr.fig2"].resolve("cpu")  # the figures keep their stored runs' settings
-    assert (old.width, old.lrs, old.baseline_lrs) == (0.25, (), ())
-    assert "lrs" not in old.to_dict() and "validation" not in old.to_dict()  # their record keys unchanged
+    assert (s.protocol.crop_padding, s.protocol.flip, s.method.lam) == (0, False, 1000.0)  # no augmentation; calibrated
+    fig = EXPERIMENTS["sgr.fig2"].resolve("cpu")  # the figures read Table 4's layer-wise and SGR runs
+    assert {u.key for u in units_of("sgr.fig2", fig)} == {
+        u.key for u in units_of("sgr.tab4", cfg) if u.label.startswith(("SGR", "Layer-wise"))
+    }
     with pytest.raises(ConfigError, match="method.modules must be one of"):
         tl.LocalRunSpec(network="mlp4", method=LocalSettings(method="sgr", modules=3, head="etf"))
     with pytest.raises(ConfigError, match="network must be"):
@@ -171,7 +175,7 @@ def test_tab4_and_figures_share_their_runs(tmp_path, monkeypatch):
     entries = sorted((tmp_path / "runs" / "sgr.local").glob("*.json"))
     assert len(entries) == 3 * 2  # three methods, two seeds
     assert len(list((tmp_path / "runs" / "sgr.bpfree").glob("*.json"))) == 4 * 2  # four baselines
-    fig2 = EXPERIMENTS["sgr.fig2"].run(EXPERIMENTS["sgr.fig2"].resolve("smoke", small), "cpu")
+    fig2 = EXPERIMENTS["sgr.fig2"].run(EXPERIMENTS["sgr.fig2"].resolve("smoke", {**small, "lrs": []}), "cpu")
     assert sorted((tmp_path / "runs" / "sgr.local").glob("*.json")) == entries  # nothing new trained
     assert fig2["curves"]["fashion_mnist/sgr"]["test_acc"] == tab4["curves"]["fashion_mnist/sgr"]["test_acc"]
     assert set(tab4["checks"]) == {"sgr_beats_layerwise", "sgr_beats_reforward", "sgr_beats_bp_free_baselines"}

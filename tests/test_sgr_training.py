@@ -242,3 +242,23 @@ def test_summary_and_scale_text():
     text = exp.local_scale(record)
     assert "Fashion-MNIST (paper: CIFAR-10)" in text and "8 epochs (paper: 200 epochs)" in text
     assert text.endswith("1 of 2 runs still improving at their last epoch")
+
+
+def test_fast_path_is_a_keyed_setting_that_changes_the_step_but_not_its_result():
+    """bf16 autocast + channels-last (`training.fast`) on an SGR step: another run key, another computation, and
+    diagnostics in float32 that agree with fp32's to bf16 precision; off, the key is the stored runs' key."""
+    from gradalign.training.fast import FastPath
+
+    data, fast = synthetic(), FastPath(bf16=True, channels_last=True)
+    plain, quick = spec("sgr", 3, epochs=1), spec("sgr", 3, epochs=1, fast=fast)
+    assert "fast" not in plain.to_dict() and quick.to_dict()["fast"]["bf16"] is True
+    outs = []
+    for s in (plain, quick):
+        run = tl.LocalRun(s, data, "cpu")
+        outs.append(run.step(1))
+    assert all(v.dtype == torch.float32 for v in outs[1].values() if torch.is_tensor(v))
+    assert outs[0]["loss"] != outs[1]["loss"]  # the fast path did change the computation
+    assert float(outs[1]["loss"]) == pytest.approx(float(outs[0]["loss"]), rel=0.02)
+    assert float(outs[1]["sgr_2"]) == pytest.approx(float(outs[0]["sgr_2"]), rel=0.1)
+    with pytest.raises(ConfigError, match="fast.compile"):
+        exp.EXPERIMENTS[0].resolve("smoke", {"fast.compile": True})

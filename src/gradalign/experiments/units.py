@@ -79,6 +79,12 @@ def _table4_runs(cfg: Config) -> list[Unit]:
     return table4_units(cfg)
 
 
+def _figure_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.sgr.bp_free import figure_units
+
+    return figure_units(cfg)
+
+
 def _siamese_runs(cfg: Config) -> list[Unit]:
     from gradalign.experiments.isoloss.deep_siamese import siamese_units
 
@@ -101,7 +107,7 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "sgr.tab7": _local_runs("table7_jobs"),
     "sgr.tab4": _table4_runs,
     "isoloss.tab1": _siamese_runs,
-    **{element_id: _local_runs("figure_jobs") for element_id in ("sgr.fig2", "sgr.fig3", "sgr.fig4")},
+    **dict.fromkeys(("sgr.fig2", "sgr.fig3", "sgr.fig4"), _figure_runs),
 }
 """Element id -> its units at a resolved config, for the experiments that have independent units."""
 

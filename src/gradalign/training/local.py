@@ -52,6 +52,7 @@ from gradalign.methods.local import LOCAL_METHODS, TITLES, LocalSettings
 from gradalign.run_unit import Unit, without_defaults
 from gradalign.training import loop
 from gradalign.training.checkpoint import fingerprint
+from gradalign.training.fast import FastPath, autocast, prepare_model
 from gradalign.training.local_data import LocalData, local_data
 from gradalign.training.evaluate import classification_metrics
 
@@ -136,11 +137,13 @@ class LocalRunSpec(Settings):
     seed: int = 0  # initialisation, batch order and augmentation
     data_seed: int = 0  # the train/test subsets: the same images for every method and seed (our choice)
     validation: int = 0  # > 0: evaluate on that many held-out training images instead of the test split
+    fast: FastPath = FastPath()  # the training step under bf16 autocast / channels-last (training.fast)
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
 
         require(self, "validation", self.validation >= 0, "must be >= 0")
+        require(self, "fast.compile", not self.fast.compile, "is not supported by the local steps (autograd.grad)")
         ok = known_network(self.network)
         require(self, "network", ok, "must be resnet32, plainnet32, vgg<d> (d = 5m + 2) or mlp<L> (L >= 1)")
         splits = network_splits(self.network)
@@ -156,9 +159,9 @@ class LocalRunSpec(Settings):
         return f"{TITLES[self.method.method]} K={self.method.modules} {self.network} seed {self.seed}"
 
     def to_dict(self) -> dict:
-        """The run-cache key's fields; `data_seed` and `validation` only when they are not 0, so that runs stored
-        before the fields existed keep their keys."""
-        return without_defaults(self, super().to_dict(), ("data_seed", "validation"))
+        """The run-cache key's fields; `data_seed`, `validation` and `fast` only when not their defaults, so that
+        runs stored before the fields existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("data_seed", "validation", "fast"))
 
 
 # --- the network, its modules and heads --------------------------------------------------------------------
@@ -213,8 +216,8 @@ class LocalRun:
         with torch.random.fork_rng(devices=[]):  # seeded initialisation; the caller's RNG is untouched
             torch.manual_seed(spec.seed)
             model, modules, heads = build_split_network(spec, image_set_info(spec.dataset))
-        self.model, self.modules = model.to(self.device), modules
-        self.local_heads = nn.ModuleList(heads).to(self.device)
+        self.model, self.modules = prepare_model(model.to(self.device), spec.fast), modules
+        self.local_heads = prepare_model(nn.ModuleList(heads).to(self.device), spec.fast)
         self.heads = [*self.local_heads, self.model.head]
         self.optimizers = [
             torch.optim.SGD(
@@ -259,7 +262,14 @@ class LocalRun:
         return {**self.take_step(x, y), **input_effect(self.modules, self.heads, x, y, old)}
 
     def take_step(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
+        """The method's step, on the fast path where the spec asks for it (its diagnostics in float32)."""
+        if not self.spec.fast.on:
+            return self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
+        if self.spec.fast.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with autocast(self.spec.fast, self.device):
+            out = self.step_fn(self.modules, self.heads, self.optimizers, x, y, self.spec.method)
+        return {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v for k, v in out.items()}
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict:
         self.epoch_seconds.append(time.perf_counter() - self.epoch_began)

@@ -18,12 +18,11 @@ from gradalign.experiments.base import check, outcome
 from gradalign.experiments.rules import all_of, compare
 from gradalign.experiments.rules import summary as summary_of
 from gradalign.experiments.sgr.bp_free import (
-    FIGURE_METHODS,
     FIGURE_PRESETS,
     BPFreeConfig,
     _experiment,
     _prefixed,
-    _runs,
+    figure_runs,
     unused_settings,
 )
 from gradalign.experiments.sgr.local_runs import curves_of, scope
@@ -80,16 +79,20 @@ def figure4_checks(sgr: dict, layerwise: dict) -> dict:
     return out
 
 
+def _metrics(cfg: BPFreeConfig, runs: dict, tuning: dict, **more) -> dict:
+    seconds = sum(r["train_seconds"] for group in runs.values() for r in group)
+    return {**more, "train_seconds": seconds, "network": cfg.network} | ({"tuning": tuning} if tuning else {})
+
+
 def _figure(cfg: BPFreeConfig, device, checks_of) -> dict:
-    runs = _runs(cfg, FIGURE_METHODS, device)
+    runs, tuning = figure_runs(cfg, device)
     checks, curves = {}, {}
     for d in cfg.datasets:
         for m in ("layerwise", "sgr"):
             c = curves_of(runs[(cfg.network, m, cfg.depth, d)])
             curves[f"{d}/{m}"] = c
         checks.update(_prefixed(cfg, d, checks_of(curves[f"{d}/sgr"], curves[f"{d}/layerwise"])))
-    seconds = sum(r["train_seconds"] for group in runs.values() for r in group)
-    return outcome(checks, {"train_seconds": seconds, "network": cfg.network}, curves, scope=scope(cfg, ("cifar10",)))
+    return outcome(checks, _metrics(cfg, runs, tuning), curves, scope=scope(cfg, ("cifar10",)))
 
 
 def figure2(cfg: BPFreeConfig, device) -> dict:
@@ -149,7 +152,7 @@ def figure3_checks(effect: dict) -> dict:
 
 
 def figure3(cfg: BPFreeConfig, device) -> dict:
-    runs = _runs(cfg, FIGURE_METHODS, device)
+    runs, tuning = figure_runs(cfg, device)
     checks, effects = {}, {}
     for d in cfg.datasets:
         effect = {}
@@ -162,9 +165,7 @@ def figure3(cfg: BPFreeConfig, device) -> dict:
             }
         effects[d] = effect
         checks.update(_prefixed(cfg, d, figure3_checks(effect)))
-    seconds = sum(r["train_seconds"] for group in runs.values() for r in group)
-    metrics = {"input_effect": effects, "train_seconds": seconds, "network": cfg.network}
-    return outcome(checks, metrics, scope=scope(cfg, ("cifar10",)))
+    return outcome(checks, _metrics(cfg, runs, tuning, input_effect=effects), scope=scope(cfg, ("cifar10",)))
 
 
 # --- presets -----------------------------------------------------------------------------------------------
