@@ -58,6 +58,10 @@ def test_back_at_chance_only_once_training_started():
     acc = accuracy_chance("test_acc", 10)
     assert (acc.level, acc.perfect) == (10.0, 100.0)
     raise_if_at_chance("run", 4, acc, 11.0, [12.0, 30.0])  # never came halfway from chance: a short run
+    raise_if_at_chance("run", 3, acc, 10.0, [36.5, 51.7])  # a quarter of the way, then at chance once: not yet
+    with pytest.raises(DivergenceError, match="test_acc = 10, back at chance"):  # twice in a row (a BP-free pilot)
+        raise_if_at_chance("run", 4, acc, 10.0, [36.5, 51.7, 10.0])
+    raise_if_at_chance("run", 4, acc, 10.0, [20.0, 28.0, 10.0])  # never came a quarter of the way
     raise_if_at_chance("run", 4, acc, 40.0, [80.0])  # worse, not at chance
     with pytest.raises(DivergenceError, match=r"^run diverged at step 4: test_acc = 11, back at chance \(10; "):
         raise_if_at_chance("run", 4, acc, 11.0, [None, 12.0, 70.0])
