@@ -249,3 +249,16 @@ def test_rederive_updates_a_schema_2_record_and_leaves_an_edited_one_alone(tmp_p
     path.write_text(json.dumps(record))
     with pytest.raises(ValueError, match="edited"):
         rederive_file(path, store)
+
+
+def test_tuned_inside_grid_fails_a_rate_at_an_end_of_its_grid():
+    from gradalign.experiments.rules import tuned_inside_grid
+
+    inside = {"grid": {"0.01": 80.0, "0.03": 82.0, "0.1": 0.0}, "chosen": 0.03}  # 0.1 diverged: still tried
+    assert tuned_inside_grid({"sgr": inside})["passed"]
+    low = {"grid": {"0.003": 65.5, "0.01": 0.0, "0.03": 0.0}, "chosen": 0.003}
+    top = {"grid": {"0.003": 66.6, "0.01": 73.3, "0.03": 78.0}, "chosen": 0.03}
+    failed = tuned_inside_grid({"sgr": inside, "fa": low, "drtp": top})
+    assert not failed["passed"] and failed["value"]["at_an_end"] == {"fa": "0.003", "drtp": "0.03"}
+    assert not tuned_inside_grid({"fa": {"grid": {"0.01": 1.0, "0.1": 2.0}, "chosen": 0.01}})["passed"]  # 2 rates
+    assert not tuned_inside_grid({})["passed"]

@@ -15,7 +15,9 @@ Preconditions, computed from the runs and shown before the verdict (`gradalign.v
 - `fits_labels`: each baseline's eval-mode error on its own labeled training set is below a threshold;
 - `mechanism_active`: a measured quantity shows the method's distinctive term acted;
 - `near_reference`: the supervised baseline is near the book's own reference for that data and label count;
-- `enough_seeds`: every arm has at least 3 runs.
+- `enough_seeds`: every arm has at least 3 runs;
+- `tuned_inside_grid`: every tuned learning rate is an inner point of its grid (at an end, a better rate may lie
+  beyond it, and the comparison would rest on an untuned arm).
 
 A precondition whose quantity the runs did not record fails with `not_recorded`: a verdict is never decided
 by a precondition nobody measured.
@@ -195,6 +197,23 @@ def near_reference(baseline: float | None, reference: float | None, tolerance: f
         {"baseline": round(baseline, 2), "reference": round(reference, 2), "gap": round(gap, 2)},
         f"baseline {quantity} at most {tolerance:g} points above the reference's",
         "the baseline is near the book's reference",
+    )
+
+
+def tuned_inside_grid(tuning: dict[str, dict]) -> dict:
+    """Every arm's chosen rate (`tuning[arm]` = {"grid": {rate: score}, "chosen": rate}) lies strictly inside
+    its grid: neither its smallest nor its largest rate. An arm without a grid of at least three rates fails."""
+    edges = {}
+    for arm, entry in tuning.items():
+        rates = sorted(float(r) for r in entry["grid"])
+        chosen = float(entry["chosen"])
+        if len(rates) < 3 or chosen in (rates[0], rates[-1]):
+            edges[arm] = chosen
+    return check(
+        not edges and bool(tuning),
+        {"arms": len(tuning), "at_an_end": {a: f"{r:g}" for a, r in edges.items()}} if edges else {"arms": len(tuning)},
+        "every tuned learning rate is neither the smallest nor the largest of its grid (at least 3 rates)",
+        "every arm was tuned: its best rate lies inside the grid searched",
     )
 
 

@@ -15,6 +15,7 @@ from gradalign.experiments.rules import (
     not_evaluated,
     not_recorded,
     per_column,
+    tuned_inside_grid,
 )
 
 TOLERANCE = 0.5  # accuracy points over the last 20 % of epochs (our choice)
@@ -94,12 +95,18 @@ def tab7(record: dict) -> dict:
 
 
 def bp_free(record: dict) -> dict:
-    """Table 4 and Figures 2 and 4: SGR against layer-wise training of the same MLP."""
+    """Table 4 and Figures 2 and 4: SGR against layer-wise training of the same MLP; where the record tuned the
+    learning rates, every tuned rate inside its grid."""
     c = record["curves"]
     keys = sorted(c)
     pairs = {d: (f"{d}/sgr", f"{d}/layerwise") for d in _datasets(record) if f"{d}/layerwise" in c and f"{d}/sgr" in c}
     active = _active(c, pairs) if pairs else not_recorded("the mechanism acted", "an SGR and a layer-wise arm")
-    return {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(c, keys), "mechanism_active": active}
+    out = {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(c, keys), "mechanism_active": active}
+    tuning = record["metrics"].get("tuning")
+    if tuning:
+        arms = {f"{d}/{m}" if len(tuning) > 1 else m: e for d, by in tuning.items() for m, e in by.items()}
+        out["tuned_inside_grid"] = tuned_inside_grid(arms)
+    return out
 
 
 def lam(record: dict) -> dict:
