@@ -186,6 +186,28 @@ def test_every_method_trains(method):
         assert not torch.equal(a, b), f"{method}: parameter {name} did not move"
 
 
+def test_lga_runs_record_their_diagnostics_and_the_summary_reads_them():
+    """LGA's imputed labels (distance from the start, accuracy on the pool) at each evaluation, and the mean cosine
+    of its gradients; other methods record none; the benchmark summary averages them over seeds."""
+    from gradalign.experiments.lga.ssl_runs import _lga_diagnostics
+
+    base = make_data(translate=2)
+    data = dataclasses.replace(base, y_unlabeled=torch.randint(0, K, (len(base.x_unlabeled),)))
+    runs = [
+        train_ssl(make_model(seed), "lga", oliver_settings("lga", "cifar"), protocol(6, eval_every=3), data, seed)
+        for seed in (0, 1)
+    ]
+    h = runs[0]["history"]
+    assert len(h["imputed_moved"]) == len(h["imputed_accuracy"]) == len(h["alignment"]) == 2
+    assert 0 < h["imputed_moved"][-1] <= 0.9 and 0 <= h["imputed_accuracy"][-1] <= 1
+    assert -1 <= h["alignment"][-1] <= 1
+    summary = _lga_diagnostics(runs)
+    assert summary["imputed_moved"] == pytest.approx(sum(r["history"]["imputed_moved"][-1] for r in runs) / 2)
+    assert summary["alignment"] == pytest.approx(sum(sum(r["history"]["alignment"]) / 2 for r in runs) / 2)
+    plain = train_ssl(make_model(), "supervised", oliver_settings("supervised", "cifar"), protocol(3), data, 0)
+    assert "imputed_moved" not in plain["history"] and _lga_diagnostics([plain]) == {}
+
+
 # ---- 3. Supervised: one step against a hand-written Adam step --------------------------------------------
 
 

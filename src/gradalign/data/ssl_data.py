@@ -35,6 +35,7 @@ class SSLData:
     augment: SSLAugment
     num_classes: int
     description: dict = field(default_factory=dict)
+    y_unlabeled: torch.Tensor | None = None  # the pool's true labels: for diagnostics only, never read by a method
 
 
 def preprocess(name: str, train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
@@ -97,4 +98,5 @@ def prepare_ssl_data(
             "validation": n_validation,
             "test": len(test),
         },
+        move(labels[pool]),
     )

@@ -166,6 +166,18 @@ def imputed_labels(w: torch.Tensor, task: str) -> torch.Tensor:
     return torch.softmax(w, dim=-1) if task == "classification" else w
 
 
+@torch.no_grad()
+def imputed_diagnostics(w: torch.Tensor, y_true: torch.Tensor) -> dict[str, float]:
+    """LGA's imputed labels y_u = softmax(w): accuracy on the unlabeled pool, confidence (mean largest probability),
+    and how far they moved from Algorithm 1's start w = 0 (mean total-variation distance from the uniform label)."""
+    y = torch.softmax(w.double(), -1)
+    return {
+        "imputed_accuracy": float((y.argmax(-1) == y_true).double().mean()),
+        "imputed_confidence": float(y.max(-1).values.mean()),
+        "imputed_moved": float(0.5 * (y - 1.0 / y.shape[-1]).abs().sum(-1).mean()),
+    }
+
+
 def chain_to_w(y: torch.Tensor, grad_y: torch.Tensor, task: str) -> torch.Tensor:
     """∇_w from ∇_y through y = f(w); for softmax, y ⊙ (∇_y − ⟨y, ∇_y⟩)."""
     if task == "regression":

@@ -66,4 +66,5 @@ def _lga(run, ramp: float, x_l, y_l, x_u, idx_u, with_vat: bool) -> dict[str, to
         "loss_labeled": out["loss_labeled"],
         "loss_unlabeled": out["loss_unlabeled"],
         "distance": out["distance"],
+        "alignment": out["grad_cosine"],  # cos(g_ℓ, g_u): the label gradient's batch against the labeled one
     }

@@ -25,7 +25,7 @@ from gradalign.config import Settings, require
 from gradalign.data.shells import N_CLASSES, ShellsData
 from gradalign.divergence import raise_if_not_finite
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.methods.lga import ConstantWeight, LGASettings, init_lga, lga_step
+from gradalign.methods.lga import ConstantWeight, LGASettings, imputed_diagnostics, init_lga, lga_step
 from gradalign.models.mlp import relu_mlp
 from gradalign.params import adam, flat
 from gradalign.run_unit import without_defaults
@@ -125,18 +125,6 @@ def validation_metrics(model: torch.nn.Module, data: ShellsData) -> dict[str, fl
         return {}
     error, loss = classification_metrics(model, data.x_val, data.y_val)
     return {"val_accuracy": 1 - error / 100, "val_loss": loss}
-
-
-@torch.no_grad()
-def imputed_diagnostics(w: torch.Tensor, y_true: torch.Tensor) -> dict[str, float]:
-    """LGA's imputed labels y_u = softmax(w): accuracy on the unlabeled pool, confidence (mean largest probability),
-    and how far they moved from Algorithm 1's start w = 0 (mean total-variation distance from the uniform label)."""
-    y = torch.softmax(w.double(), -1)
-    return {
-        "imputed_accuracy": float((y.argmax(-1) == y_true).double().mean()),
-        "imputed_confidence": float(y.max(-1).values.mean()),
-        "imputed_moved": float(0.5 * (y - 1.0 / y.shape[-1]).abs().sum(-1).mean()),
-    }
 
 
 def supervised_update(run: ShellsRun, seed: int):

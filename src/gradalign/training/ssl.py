@@ -31,6 +31,7 @@ from gradalign.methods.vat import VATSettings, vat_step
 from gradalign.params import set_lr, trainable
 from gradalign.training import loop
 from gradalign.training.checkpoint import data_digest, fingerprint
+from gradalign.methods.lga import imputed_diagnostics
 from gradalign.training.evaluate import classification_metrics
 from gradalign.training.fast import REFERENCE, FastPath, autocast, prepare_model
 from gradalign.training.protocols import OliverProtocol
@@ -123,8 +124,17 @@ class SSLRun:
             )
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict[str, float]:
+        """Validation error and loss, the mean train loss; for LGA also the mean cosine of its unlabeled and labeled
+        gradients since the last evaluation (`alignment`) and its imputed labels' accuracy on the unlabeled pool,
+        confidence and distance from their start (`methods.lga.imputed_diagnostics`)."""
         val_error, val_loss = classification_metrics(self.model, self.data.x_val, self.data.y_val)
-        return {"val_error": val_error, "val_loss": val_loss, "train_loss": sums["loss"] / count}
+        out = {"val_error": val_error, "val_loss": val_loss, "train_loss": sums["loss"] / count}
+        if "alignment" in sums:
+            out["alignment"] = sums["alignment"] / count
+        w = getattr(self.extra, "w", None)
+        if w is not None and self.data.y_unlabeled is not None:
+            out.update(imputed_diagnostics(w.detach(), self.data.y_unlabeled))
+        return out
 
     def state_dict(self) -> dict:
         return {

@@ -255,8 +255,27 @@ def _summary(runs: list[dict]) -> dict:
         out[name], out[name + "_std"] = stats(name)
     if all("labeled_error" in r for r in runs):  # runs cached before it was recorded lack it
         out["labeled_error"], out["labeled_error_std"] = stats("labeled_error")
+    out.update(_lga_diagnostics(runs))
     out["seeds"] = len(runs)
     out["train_seconds"] = sum(r["train_seconds"] for r in runs)
+    return out
+
+
+LGA_DIAGNOSTICS = ("imputed_moved", "imputed_accuracy", "imputed_confidence")
+
+
+def _lga_diagnostics(runs: list[dict]) -> dict:
+    """LGA's diagnostics over seeds, where every run recorded them (`training.ssl.SSLRun.evaluate`): its imputed
+    labels at the last evaluation (distance from their start, accuracy on the unlabeled pool, confidence) and the
+    cosine of its unlabeled and labeled gradients averaged over training (`alignment`)."""
+    histories = [r["history"] for r in runs]
+    out = {}
+    for name in (*LGA_DIAGNOSTICS, "alignment"):
+        if not all(h.get(name) and h[name][-1] is not None for h in histories):
+            continue
+        values = [h[name][-1] if name != "alignment" else sum(h[name]) / len(h[name]) for h in histories]
+        t = torch.tensor(values, dtype=torch.float64)
+        out[name], out[f"{name}_std"] = float(t.mean()), float(t.std()) if len(t) > 1 else 0.0
     return out
 
 
