@@ -18,13 +18,13 @@ from gradalign.experiments.base import check, outcome
 from gradalign.experiments.rules import all_of, compare
 from gradalign.experiments.rules import summary as summary_of
 from gradalign.experiments.sgr.bp_free import (
-    FIGURE_PRESETS,
     BPFreeConfig,
     _experiment,
     _prefixed,
     figure_runs,
     unused_settings,
 )
+from gradalign.experiments.sgr.bp_free_presets import FIGURE_PRESETS
 from gradalign.experiments.sgr.local_runs import curves_of, scope
 
 
