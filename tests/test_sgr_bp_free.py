@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gradalign.experiments.sgr import validity
 from gradalign.experiments.units import units_of
 import torch
 from torch.nn import functional as F
@@ -178,6 +179,12 @@ def test_tab4_and_figures_share_their_runs(tmp_path, monkeypatch):
     fig2 = EXPERIMENTS["sgr.fig2"].run(EXPERIMENTS["sgr.fig2"].resolve("smoke", {**small, "lrs": []}), "cpu")
     assert sorted((tmp_path / "runs" / "sgr.local").glob("*.json")) == entries  # nothing new trained
     assert fig2["curves"]["fashion_mnist/sgr"]["test_acc"] == tab4["curves"]["fashion_mnist/sgr"]["test_acc"]
+    fig3 = EXPERIMENTS["sgr.fig3"].run(EXPERIMENTS["sgr.fig3"].resolve("smoke", {**small, "lrs": []}), "cpu")
+    assert fig3["curves"] == fig2["curves"]  # Figure 3's preconditions read the same runs' curves
+    record = {"id": "sgr.fig3", "config": {"datasets": ["fashion_mnist"]}, **fig3}
+    assert set(validity.fig3(record)) == {"enough_seeds", "finished_learning", "mechanism_active"}
+    assert validity.fig3_claims(record) == fig3["checks"]
+    assert validity.fig3({**record, "curves": {}}) == {"evaluated": validity.not_evaluated()}  # an older record
     assert set(tab4["checks"]) == {"sgr_beats_layerwise", "sgr_beats_reforward", "sgr_beats_bp_free_baselines"}
     assert set(tab4["metrics"]["table"]["fashion_mnist"]) == {
         "fa",

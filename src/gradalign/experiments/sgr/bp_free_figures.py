@@ -153,10 +153,11 @@ def figure3_checks(effect: dict) -> dict:
 
 def figure3(cfg: BPFreeConfig, device) -> dict:
     runs, tuning = figure_runs(cfg, device)
-    checks, effects = {}, {}
+    checks, effects, curves = {}, {}, {}
     for d in cfg.datasets:
         effect = {}
         for m in ("layerwise", "sgr"):
+            curves[f"{d}/{m}"] = curves_of(runs[(cfg.network, m, cfg.depth, d)])  # the preconditions read them
             histories = [r["history"]["input_effect_by_module"] for r in runs[(cfg.network, m, cfg.depth, d)]]
             epochs = min(len(h) for h in histories)  # seed -> epoch -> module 1 ... K (module 1: None)
             effect[m] = {
@@ -165,7 +166,8 @@ def figure3(cfg: BPFreeConfig, device) -> dict:
             }
         effects[d] = effect
         checks.update(_prefixed(cfg, d, figure3_checks(effect)))
-    return outcome(checks, _metrics(cfg, runs, tuning, input_effect=effects), scope=scope(cfg, ("cifar10",)))
+    metrics = _metrics(cfg, runs, tuning, input_effect=effects)
+    return outcome(checks, metrics, curves, scope=scope(cfg, ("cifar10",)))
 
 
 # --- presets -----------------------------------------------------------------------------------------------

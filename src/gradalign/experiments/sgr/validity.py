@@ -116,7 +116,8 @@ def lam(record: dict) -> dict:
 
 
 def fig3(record: dict) -> dict:
-    return {"evaluated": not_evaluated()}
+    """Figure 3 reads the runs of Figures 2 and 4: their preconditions, once the record keeps their curves."""
+    return bp_free(record) if record.get("curves") else {"evaluated": not_evaluated()}
 
 
 # --- claims from a stored record ----------------------------------------------------------------------------
@@ -167,6 +168,16 @@ def fig4_claims(record: dict) -> dict:
     return _figure_claims(record, figure4_checks)
 
 
+def fig3_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.bp_free_figures import figure3_checks
+
+    effects = record["metrics"]["input_effect"]
+    out = {}
+    for d in _datasets(record):
+        out.update(_prefixed(record, d, figure3_checks(effects[d])))
+    return out
+
+
 VALIDITY = {
     "sgr.tab3": (tab3, tab3_claims),
     "sgr.tab6": (tab6, tab6_claims),
@@ -174,7 +185,7 @@ VALIDITY = {
     "sgr.tab4": (bp_free, tab4_claims),
     "sgr.fig2": (bp_free, fig2_claims),
     "sgr.fig4": (bp_free, fig4_claims),
-    "sgr.fig3": (fig3, None),
+    "sgr.fig3": (fig3, fig3_claims),
     "sgr.lam": (lam, None),
 }
 
