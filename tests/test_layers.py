@@ -58,6 +58,7 @@ LAYERS = [
         "pages",
         "bench",
         "sweep",
+        "pilots",
         "storage",
         "gpu_window",
         "gpu_import",

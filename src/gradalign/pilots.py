@@ -1,0 +1,177 @@
+"""Pilots: a few runs that choose the scale of an element's rerun before its full set of seeds is trained.
+
+Issues 27-29 ask for each empirical element a `cpu` scale designed to test its claim: every run finishes learning
+(`rules.run_finished`, the rule the element's verdict applies) within about 1.5-2 hours of two cores. A pilot
+trains seed 0 of the candidate scale, as the element's own runs with the candidate settings as overrides of its
+`cpu` preset, so its runs are the first seed of the rerun when the scale is kept (same run keys). Its runs are
+committed under `results/runs/` like every `cpu` run; the pages read them from there and never train
+(`stored`). Compute them with `python -m gradalign.pilots [name ...]` (two jobs at a time, one thread
+each; a stopped pilot resumes from the run checkpoints).
+
+Each pilot names the question it answers and the candidate it tries (our choices):
+
+- `sgr.tab3`: ResNet-32 at K = 16 with the calibrated λ (mean reduction, 1e3) for 30 epochs instead of 8;
+- `lga.fig7`: the four methods the issue lists first, at 1,000 labels, on the supervised reference's protocol
+  (small CNN at width 32, 6,000 steps, lr decay at 60 %, the fast path): its supervised run is the reference's;
+- `metagrad.tab4`: labeled-only training of Conv-Large ×0.125 for 4,000 steps instead of 2,000, its lr decays at
+  50 % and 70 % instead of 75 % and 87.5 %, without dropout and with the paper's 0.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from gradalign.experiments.rules import run_finished
+
+
+@dataclass(frozen=True)
+class Pilot:
+    element: str
+    question: str
+    overrides: dict
+    metric: str  # the history key the element's finished-learning rule reads
+    higher_is_better: bool
+    tolerance: float
+    units: Callable[["Pilot"], list]
+
+
+def _element_units(pilot: Pilot) -> list:
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+
+    return units_of(pilot.element, get(pilot.element).resolve("cpu", pilot.overrides))
+
+
+def _labeled_only_units(pilot: Pilot) -> list:
+    from gradalign.experiments import get
+    from gradalign.training.semimeta import semimeta_unit
+
+    out = []
+    for dropout in (0.0, 0.5):
+        cfg = get(pilot.element).resolve("cpu", {**pilot.overrides, "dropout": dropout})
+        out.append(semimeta_unit(cfg.spec("labeled_only", "fashion_mnist", 1000, cfg.seed)))
+    return out
+
+
+PILOTS = {
+    "sgr.tab3": Pilot(
+        "sgr.tab3",
+        "does ResNet-32 at K = 16 finish learning in 30 epochs, and does the SGR term act at the calibrated λ?",
+        {"lam": 1000.0, "reduction": "mean", "protocol.epochs": 30, "networks": ["resnet32"], "seeds": 1},
+        "test_acc",
+        True,
+        0.5,
+        _element_units,
+    ),
+    "lga.fig7": Pilot(
+        "lga.fig7",
+        "do supervised, VAT, LGA and LGA + VAT finish learning in 6,000 steps at 1,000 labels?",
+        {
+            "width": 32,
+            "n_test": 0,
+            "protocol.steps": 6000,
+            "protocol.eval_every": 150,
+            "protocol.lr_decay_at": 0.6,
+            "methods": ["supervised", "vat", "lga", "lga_vat"],
+            "seeds": 1,
+            "labels": [1000],
+            "fast.bf16": True,
+            "fast.channels_last": True,
+            "families": ["cifar"],
+        },
+        "val_error",
+        False,
+        0.5,
+        _element_units,
+    ),
+    "metagrad.tab4": Pilot(
+        "metagrad.tab4",
+        "does labeled-only training finish learning in 4,000 steps, with and without Conv-Large's dropout?",
+        # the paper's decays at 75 % and 87.5 % moved to 50 % and 70 %: the finished-learning rule reads the last
+        # 20 % of the evaluations, which must lie after the last decay (the reference's lesson: `reference.PRESETS`)
+        {"protocol.steps": 4000, "protocol.decay_at": [0.5, 0.7], "seeds": 1},
+        "val_error",
+        False,
+        0.5,
+        _labeled_only_units,
+    ),
+}
+
+
+def _committed():
+    from gradalign.sweep import _committed_folder
+
+    return _committed_folder("cpu")
+
+
+def stored(name: str) -> list[dict]:
+    """Each run of pilot `name` as {label, key, done, curve (the metric per evaluation), finished, spec,
+    provenance}, from the committed entries only (`done` False where a run is not committed yet)."""
+    from gradalign.run_unit import read_entry
+
+    pilot = PILOTS[name]
+    out = []
+    for unit in pilot.units(pilot):
+        entry = read_entry(_committed(), unit)
+        row = {"label": unit.label, "key": unit.key, "done": entry is not None}
+        if entry is not None:
+            history = entry["value"]["history"]
+            curve = history.get(pilot.metric, [])
+            row.update(
+                curve=curve,
+                steps=history.get("step", history.get("epoch")),
+                finished=run_finished(curve, pilot.higher_is_better, pilot.tolerance),
+                spec=entry["spec"],
+                hardware=entry["provenance"].get("hardware"),
+                wall_time_s=entry["provenance"].get("wall_time_s"),
+            )
+        out.append(row)
+    return out
+
+
+def _job(unit) -> str:
+    from gradalign.runcache import cache_root
+    from gradalign.sweep import compute_unit
+
+    began = time.time()
+    try:
+        compute_unit(unit, str(cache_root().absolute()), 1, str(_committed()))
+        return f"ok   {unit.label} ({time.time() - began:.0f} s)"
+    except Exception as err:  # a diverged or stopped run: reported, the others go on
+        return f"FAIL {unit.label}: {str(err).splitlines()[0]}"
+
+
+def compute(names: list[str], jobs: int = 2, echo=print) -> None:
+    """Train the pilots' runs that are not committed yet, `jobs` at a time (one thread each)."""
+    from multiprocessing import Pool
+
+    from gradalign.sweep import missing_units
+
+    units = [u for name in names for u in missing_units(PILOTS[name].units(PILOTS[name]), _committed())]
+    echo(f"{len(units)} run(s) to train: {', '.join(u.label for u in units) or 'none'}")
+    if not units:
+        return
+    with Pool(max(1, min(jobs, len(units)))) as pool:
+        for line in pool.imap_unordered(_job, units):
+            echo(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Train the pilots' runs (committed under results/runs/).")
+    parser.add_argument("names", nargs="*", help=f"pilots among {', '.join(PILOTS)} (default: all)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
+    unknown = [n for n in args.names if n not in PILOTS]
+    if unknown:
+        parser.error(f"unknown pilot(s) {', '.join(unknown)}; choose among {', '.join(PILOTS)}")
+    compute(args.names or list(PILOTS), args.jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

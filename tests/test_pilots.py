@@ -1,0 +1,45 @@
+"""The pilots (`gradalign.pilots`): their runs are the elements' own runs under the candidate settings, and a page
+reads them from the committed entries only, each judged by its element's finished-learning rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradalign import pilots
+from gradalign.experiments import reference
+from gradalign.run_unit import write_entry
+
+
+def test_lga_pilot_shares_its_supervised_run_with_the_reference():
+    units = pilots.PILOTS["lga.fig7"].units(pilots.PILOTS["lga.fig7"])
+    assert len(units) == 4 and sum("supervised" in u.label for u in units) == 1
+    reference_seed0 = reference._units(reference.config("cpu"), 1000)[0]
+    assert reference_seed0.key in {u.key for u in units}
+
+
+def test_metagrad_pilot_tries_dropout_off_and_on():
+    pilot = pilots.PILOTS["metagrad.tab4"]
+    units = pilot.units(pilot)
+    assert units[0].spec["dropout"] == 0.0  # off
+    assert units[1].spec.get("dropout", 0.5) == 0.5  # the paper's rate (stored runs keep their keys: not written)
+    assert len({u.key for u in units}) == 2 and all(u.spec["protocol"]["steps"] == 4000 for u in units)
+
+
+def test_stored_reads_committed_entries_and_judges_each_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(pilots, "_committed", lambda: tmp_path)
+    pilot = pilots.PILOTS["sgr.tab3"]
+    layerwise, reforward, sgr = pilot.units(pilot)
+    flat = [50.0, 70.0, 75.0, 76.0, 76.2, 76.3, 76.3, 76.4, 76.4, 76.5]  # +0.2 over the last 20 %: finished
+    rising = [50.0, 60.0, 65.0, 68.0, 70.0, 71.0, 72.0, 73.0, 74.0, 75.5]  # +2.5: still learning
+    for unit, curve in ((layerwise, flat), (sgr, rising)):
+        value = {"history": {"epoch": list(range(1, 11)), "test_acc": curve}}
+        write_entry(tmp_path, unit, value, {"hardware": "test", "wall_time_s": 1.0})
+    rows = {r["label"]: r for r in pilots.stored("sgr.tab3")}
+    assert rows[layerwise.label]["finished"] is True and rows[sgr.label]["finished"] is False
+    assert rows[reforward.label] == {"label": reforward.label, "key": reforward.key, "done": False}
+
+
+def test_unknown_pilot_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit):
+        pilots.main(["nope"])
+    assert "unknown pilot(s) nope" in capsys.readouterr().err
