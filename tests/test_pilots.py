@@ -36,7 +36,8 @@ def test_stored_reads_committed_entries_and_judges_each_run(tmp_path, monkeypatc
         write_entry(tmp_path, unit, value, {"hardware": "test", "wall_time_s": 1.0})
     rows = {r["label"]: r for r in pilots.stored("sgr.tab3")}
     assert rows[layerwise.label]["finished"] is True and rows[sgr.label]["finished"] is False
-    assert rows[reforward.label] == {"label": reforward.label, "key": reforward.key, "done": False}
+    assert rows[reforward.label] == {"label": reforward.label, "arm": "Reforward", "key": reforward.key, "done": False}
+    assert rows[sgr.label]["arm"] == "SGR"
 
 
 def test_unknown_pilot_is_refused_in_one_line(capsys):

@@ -108,3 +108,61 @@ def network_title(name: str) -> str:
     if name.startswith("vgg") and name[3:].isdigit():
         return f"VGG-{name[3:]}"
     return name.replace("_", "-")
+
+
+def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
+    """A page's view of pilot `name`: its question and candidate, each committed run's curve of the metric its
+    element's finished-learning rule reads (the shaded window: the last 20 % of its evaluations), and a table of
+    whether each run finished learning; runs not committed yet are named, never trained here."""
+    import math
+
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from IPython.display import Markdown, display
+
+    from gradalign.experiments.rules import LAST_SHARE
+    from gradalign.pilots import PILOTS, stored
+    from gradalign.plotting import fit, legend_below, panels, ramp
+
+    pilot, rows = PILOTS[name], stored(name)
+    candidate = ", ".join(f"{k} = {v}" for k, v in pilot.overrides.items())
+    head = f"**Pilot for `{pilot.element}`:** {pilot.question} Candidate, over the `cpu` preset: {candidate}."
+    display(Markdown(head))
+    done = [r for r in rows if r["done"]]
+    if done:
+        fig, ax = panels(1, height=2.8)
+        for r, color in zip(done, ramp(len(done))):
+            x = r["steps"] or list(range(1, len(r["curve"]) + 1))
+            ax.plot(x, r["curve"], "o-", ms=2, color=color, label=r["arm"])
+        first = x[-max(1, math.ceil(LAST_SHARE * len(x)))]
+        ax.axvspan(first, x[-1], color="0.9", zorder=0)
+        ax.set(xlabel=xlabel, ylabel=ylabel)
+        legend_below(fig, ax, columns=min(4, len(done)))
+        plt.show()
+        table = pd.DataFrame(
+            {
+                r["arm"]: {
+                    ylabel + (", best" if pilot.higher_is_better else ", lowest"): (
+                        max(r["curve"]) if pilot.higher_is_better else min(r["curve"])
+                    ),
+                    "finished learning": {True: "yes", False: "no", None: "too few evaluations"}[r["finished"]],
+                    **(
+                        {"labeled-set error (%)": round(r["labeled_error"], 2)}
+                        if r.get("labeled_error") is not None
+                        else {}
+                    ),
+                    "minutes": round((r["wall_time_s"] or 0) / 60, 1),
+                    "hardware": r["hardware"],
+                }
+                for r in done
+            }
+        ).T
+        display(table)
+    missing = [r["arm"] for r in rows if not r["done"]]
+    if missing:
+        print(
+            fit(
+                f"Not committed yet ({len(missing)} of {len(rows)}): {'; '.join(missing)}. "
+                f"They train with: python -m gradalign.pilots {name}"
+            )
+        )

@@ -36,6 +36,7 @@ class Pilot:
     higher_is_better: bool
     tolerance: float
     units: Callable[["Pilot"], list]
+    arm: Callable[[dict], str]  # a run's short name (its method, and what the pilot varies) from its spec
 
 
 def _element_units(pilot: Pilot) -> list:
@@ -43,6 +44,22 @@ def _element_units(pilot: Pilot) -> list:
     from gradalign.experiments.units import units_of
 
     return units_of(pilot.element, get(pilot.element).resolve("cpu", pilot.overrides))
+
+
+def _local_arm(spec: dict) -> str:
+    from gradalign.methods.local import TITLES
+
+    return TITLES[spec["method"]["method"]]
+
+
+def _ssl_arm(spec: dict) -> str:
+    from gradalign.training.ssl import TITLES
+
+    return TITLES[spec["method"]]
+
+
+def _labeled_only_arm(spec: dict) -> str:
+    return f"labeled only, dropout {spec.get('dropout', 0.5):g}"  # 0.5: the paper's, not written in the key
 
 
 def _labeled_only_units(pilot: Pilot) -> list:
@@ -65,6 +82,7 @@ PILOTS = {
         True,
         0.5,
         _element_units,
+        _local_arm,
     ),
     "lga.fig7": Pilot(
         "lga.fig7",
@@ -86,6 +104,7 @@ PILOTS = {
         False,
         0.5,
         _element_units,
+        _ssl_arm,
     ),
     "metagrad.tab4": Pilot(
         "metagrad.tab4",
@@ -97,6 +116,7 @@ PILOTS = {
         False,
         0.5,
         _labeled_only_units,
+        _labeled_only_arm,
     ),
 }
 
@@ -116,7 +136,7 @@ def stored(name: str) -> list[dict]:
     out = []
     for unit in pilot.units(pilot):
         entry = read_entry(_committed(), unit)
-        row = {"label": unit.label, "key": unit.key, "done": entry is not None}
+        row = {"label": unit.label, "arm": pilot.arm(unit.spec), "key": unit.key, "done": entry is not None}
         if entry is not None:
             history = entry["value"]["history"]
             curve = history.get(pilot.metric, [])
@@ -127,6 +147,7 @@ def stored(name: str) -> list[dict]:
                 spec=entry["spec"],
                 hardware=entry["provenance"].get("hardware"),
                 wall_time_s=entry["provenance"].get("wall_time_s"),
+                labeled_error=entry["value"].get("labeled_error"),  # SSL runs: does it fit its labels?
             )
         out.append(row)
     return out
