@@ -65,11 +65,12 @@ def test_meta_step_jvp_and_finite_difference_agree_on_the_backbone(name):
     x_l, x_u = torch.randn(4, 1, 28, 28, dtype=torch.float64), torch.randn(4, 1, 28, 28, dtype=torch.float64)
     y = torch.tensor([0, 1, 2, 3])
     onehot = F.one_hot(y, 10).double()
-    fd, jvp = (
+    (fd, fd_plain), (jvp, jvp_plain) = (
         pseudo_labels(model, x_l, y, onehot, x_u, 0.1, SemiMetaSettings(form=form, c=1e-6)) for form in ("fd", "jvp")
     )
     assert model.training
     assert float((fd - jvp).norm() / jvp.norm()) < 1e-8  # c = 1e-6 in float64: too small to cross a ReLU kink
+    assert torch.equal(fd_plain, jvp_plain) and not torch.equal(fd, fd_plain)  # ỹ, and the step moved it
 
 
 def test_a_shake_shake_training_step_lowers_its_loss_on_a_fixed_batch():

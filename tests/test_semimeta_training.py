@@ -83,6 +83,23 @@ def test_each_rows_step_lowers_its_loss_on_a_fixed_batch(variant):
     assert losses[-1] < 0.8 * losses[0], losses
 
 
+def test_meta_runs_record_the_pseudo_label_update_and_the_summary_reads_it():
+    """The meta variants record how far the meta step moved the targets of the unlabeled batch and the share of
+    images whose most likely class it changed; mixup only (no meta step) and labeled only record neither."""
+    from gradalign.experiments.metagrad.ssl_runs import summary
+    from gradalign.methods.semimeta import pseudo_label_update
+
+    plain = torch.tensor([[0.6, 0.4], [0.3, 0.7]])
+    moved = pseudo_label_update(torch.tensor([[0.4, 0.6], [0.2, 0.8]]), plain)
+    assert float(moved["pseudo_update"]) == pytest.approx(0.15) and float(moved["pseudo_changed"]) == 0.5
+    runs = [train_semimeta(_spec("meta", steps=4, seed=seed)) for seed in (0, 1)]
+    h = runs[0]["history"]
+    assert len(h["pseudo_update"]) == len(h["pseudo_changed"]) == 2 and h["pseudo_update"][-1] > 0
+    assert summary(runs)["pseudo_changed"]["n"] == 2
+    mixup = train_semimeta(_spec("mixup", steps=2))
+    assert "pseudo_update" not in mixup["history"] and "pseudo_changed" not in summary([mixup])
+
+
 def test_resume_is_bitwise(tmp_path):
     spec = _spec(steps=4)
     whole = train_semimeta(spec)
@@ -205,7 +222,7 @@ def test_in_place_finite_difference_is_the_functional_one_and_restores_the_model
     model = ConvLarge(10, 1, 0.0625).double().eval()
     x_l, y_l, x_u = torch.randn(8, 1, 28, 28).double(), torch.arange(8), torch.randn(8, 1, 28, 28).double()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    ours = finite_difference_in_place(model, x_l, y_l, x_u, 0.1, 0.01)
+    ours, _ = finite_difference_in_place(model, x_l, y_l, x_u, 0.1, 0.01)
     params = {k: v.detach() for k, v in model.named_parameters()}
     functional = coded_pseudo_labels(classifier(model), params, x_l, F.one_hot(y_l, 10).double(), x_u, 0.1)[0]
     assert float((ours - functional).abs().max()) < 1e-13

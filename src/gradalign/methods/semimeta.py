@@ -66,7 +66,8 @@ def finite_difference_in_place(model, x_l, y_l, x_u, lr: float, c: float) -> tor
     """`coded_pseudo_labels(form="fd")` the way `train_meta.py` runs it, on the module itself: g by autograd, the
     parameters moved to θ ± εg in place for two forward passes, then put back. Put back from a copy (our choice:
     the code adds εg, subtracts 2εg and adds εg again, which in float32 need not return θ exactly). Equal to the
-    functional form to float precision (tested)."""
+    functional form to float precision (tested). Returns (ŷ, ỹ): the pseudo labels and the plain eval-mode
+    softmax the meta step starts from."""
     params = [p for p in model.parameters() if p.requires_grad]
     g = torch.autograd.grad(F.cross_entropy(model(x_l), y_l), params)
     with torch.no_grad():
@@ -80,32 +81,47 @@ def finite_difference_in_place(model, x_l, y_l, x_u, lr: float, c: float) -> tor
         minus = torch.softmax(model(x_u), dim=1)
         for p, p0 in zip(params, saved):
             p.copy_(p0)
-        return renormalised(y_tilde - lr * (plus - minus) / eps)
+        return renormalised(y_tilde - lr * (plus - minus) / eps), y_tilde
 
 
-def pseudo_labels(model, x_l, y_l, onehot, x_u, lr: float, s: SemiMetaSettings) -> torch.Tensor:
-    """ŷ for the unlabeled batch, computed in eval mode: the meta step (rows 2, 4) or the plain softmax (row 3)."""
+def pseudo_labels(model, x_l, y_l, onehot, x_u, lr: float, s: SemiMetaSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ŷ, ỹ) for the unlabeled batch, computed in eval mode: ŷ the meta step's pseudo labels (rows 2, 4) or the
+    plain softmax (row 3), ỹ the plain softmax the meta step starts from."""
     model.eval()
     try:
         if s.meta and s.form == "fd":
             return finite_difference_in_place(model, x_l, y_l, x_u, lr, s.c)
+        with torch.no_grad():
+            plain = torch.softmax(model(x_u), dim=1)
         if s.meta:
             params = {k: v.detach() for k, v in model.named_parameters()}
-            return coded_pseudo_labels(classifier(model), params, x_l, onehot, x_u, lr, s.c, s.form)[0]
-        with torch.no_grad():
-            return torch.softmax(model(x_u), dim=1)
+            return coded_pseudo_labels(classifier(model), params, x_l, onehot, x_u, lr, s.c, s.form)[0], plain
+        return plain, plain
     finally:
         model.train()
 
 
+def pseudo_label_update(y_hat: torch.Tensor, plain: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What the meta step did to the unlabeled batch's targets: the mean total-variation distance of ŷ from the
+    plain softmax ỹ (the size of the update) and the share of images whose most likely class it changed."""
+    return {
+        "pseudo_update": 0.5 * (y_hat - plain).abs().sum(1).mean(),
+        "pseudo_changed": (y_hat.argmax(1) != plain.argmax(1)).float().mean(),
+    }
+
+
 def semimeta_step(model, optimizer, x_l, y_l, x_u, lr: float, ramp: float, s: SemiMetaSettings, classes: int):
-    """One update of `model` (in train mode) on a labeled and an unlabeled batch; returns the diagnostics."""
+    """One update of `model` (in train mode) on a labeled and an unlabeled batch; returns the diagnostics (the
+    loss; with a meta step also `pseudo_label_update`)."""
     onehot = F.one_hot(y_l, classes).to(x_l.dtype)
     weight = s.weight * ramp
+    diagnostics = {}
     if s.variant == "labeled_only":
         loss = F.cross_entropy(model(x_l), y_l)
     else:
-        y_hat = pseudo_labels(model, x_l, y_l, onehot, x_u, lr, s)
+        y_hat, plain = pseudo_labels(model, x_l, y_l, onehot, x_u, lr, s)
+        if s.meta:
+            diagnostics = pseudo_label_update(y_hat.detach(), plain)
         if s.mixup:
             if s.gamma is None:
                 raise ValueError("SemiMetaSettings.gamma is None: a run's settings give γ (the data set's, App. C)")
@@ -120,4 +136,4 @@ def semimeta_step(model, optimizer, x_l, y_l, x_u, lr: float, ramp: float, s: Se
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
-    return {"loss": loss.detach()}
+    return {"loss": loss.detach(), **diagnostics}

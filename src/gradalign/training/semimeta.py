@@ -37,6 +37,7 @@ from gradalign.training.checkpoint import data_digest, fingerprint
 from gradalign.training.evaluate import classification_metrics
 from gradalign.training.streams import IndexStream
 
+PSEUDO_DIAGNOSTICS = ("pseudo_update", "pseudo_changed")  # methods.semimeta.pseudo_label_update
 RUN_KIND = "metagrad.ssl"
 RUN_VERSION = 1
 
@@ -272,6 +273,9 @@ class SemiMetaRun:
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict[str, float]:
         test_error, test_loss = classification_metrics(self.model, self.data.x_test, self.data.y_test)
         values = {"test_error": test_error, "test_loss": test_loss, "train_loss": sums["loss"] / count, "lr": self.lr}
+        for name in PSEUDO_DIAGNOSTICS:  # the meta variants: the pseudo-label update, averaged since the last one
+            if name in sums:
+                values[name] = sums[name] / count
         if len(self.data.x_val):
             values["val_error"], values["val_loss"] = classification_metrics(
                 self.model, self.data.x_val, self.data.y_val

@@ -16,7 +16,7 @@ from gradalign.experiments.base import plural, scale_text
 from gradalign.experiments.seed_stats import stats
 from gradalign.run_unit import without_defaults
 from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings
-from gradalign.training.semimeta import SemiMetaProtocol, SemiMetaRunSpec
+from gradalign.training.semimeta import PSEUDO_DIAGNOSTICS, SemiMetaProtocol, SemiMetaRunSpec
 
 NOTEBOOK = "notebooks/metagrad/03_benchmark.ipynb"
 PAPER_COLUMNS = (("svhn", 1000), ("cifar10", 4000), ("cifar100", 10000))  # Tables 1 and 4
@@ -151,8 +151,13 @@ def still_improving(run: dict) -> bool:
 
 
 def summary(runs: list[dict]) -> dict:
-    """Both test errors over seeds, how many runs were still improving, the training time."""
+    """Both test errors over seeds, how many runs were still improving, the training time; for the meta variants
+    the pseudo-label update averaged over each run's training (`methods.semimeta.pseudo_label_update`)."""
     out = {name: stats([r[name] for r in runs]) for name in METRICS if all(r.get(name) is not None for r in runs)}
+    for name in PSEUDO_DIAGNOSTICS:
+        series = [r["history"].get(name) for r in runs]
+        if all(series):
+            out[name] = stats([sum(s) / len(s) for s in series])
     out["still_improving"] = sum(still_improving(r) for r in runs)
     out["train_seconds"] = sum(r["train_seconds"] for r in runs)
     return out
