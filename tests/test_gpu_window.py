@@ -21,7 +21,15 @@ from gradalign.gpu_import import import_window
 from gradalign.gpu_window import MAX_FILES, gpu_window
 from gradalign.results import ResultStore
 
-TINY = {"width": 0.0625, "n_train": 256, "n_test": 256, "seeds": 3, "protocol.epochs": 1, "protocol.batch_size": 64}
+TINY = {
+    "width": 0.0625,
+    "n_train": 256,
+    "n_test": 256,
+    "seeds": 3,
+    "protocol.epochs": 1,
+    "protocol.batch_size": 64,
+    "lrs": [],  # the figures' runs at protocol.lr, untuned
+}
 BACKLOG = (("sgr.fig2", "cpu", TINY),)
 
 
@@ -118,3 +126,13 @@ def test_the_window_imports_without_the_book_toolchain():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--minutes" in done.stdout
+
+
+def test_a_diverging_unit_is_reported_and_the_window_goes_on(tmp_path, monkeypatch):
+    _machine(monkeypatch, tmp_path, "gpu")
+    diverging = {**TINY, "protocol.lr": 1e6}
+    backlog = (("sgr.fig2", "cpu", diverging), *BACKLOG)
+    window = gpu_window(5, tmp_path / "out", backlog, device="cpu", bench=False, echo=lambda _: None)
+    statuses = [u["status"] for u in window.units]
+    assert statuses[0].startswith("diverged: ") and "step" in statuses[0]
+    assert window.records and window.records[0].startswith("sgr.fig2 [cpu]") and not window.stopped

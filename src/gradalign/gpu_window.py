@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from gradalign.atomic import read_json_strict, write_json_atomically
-from gradalign.errors import ConfigError
+from gradalign.errors import ConfigError, DivergenceError
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = tuple(
@@ -206,6 +206,9 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
             return
         except ConfigError as err:  # e.g. a data set this machine lacks: the next item
             window.units.append({"element": element_id, "preset": preset, "status": f"refused: {err}"})
+            writer.write()
+        except DivergenceError as err:  # a run that diverged cannot complete its experiment: the next item
+            window.units.append({"element": element_id, "preset": preset, "status": f"diverged: {err}"})
             writer.write()
 
 
