@@ -298,3 +298,41 @@ def test_a_final_run_that_diverges_at_the_tuned_lr_moves_to_the_next_rate(monkey
     tuning = {"fashion_mnist": {"sgr": {"grid": {"0.1": 60.0}, "chosen": 0.1}}}
     with pytest.raises(DivergenceError):  # no rate left: the command stops
         bp_free._tuned_runs(cfg, tuning, "cpu")
+
+
+def test_a_baseline_diverging_at_every_rate_is_left_out_and_said_so():
+    """`_tuned_runs`: the next rate by validation accuracy after a diverged final run, never a rate whose tuning run
+    diverged; a baseline diverging at every rate tried is left out with `final` None, SGR's own method raises."""
+    from types import SimpleNamespace
+
+    from gradalign.errors import DivergenceError
+
+    tried = []
+
+    class Run:
+        def __init__(self, method, lr):
+            self.method, self.lr = method, lr
+
+        def run(self):
+            tried.append((self.method, self.lr))
+            if self.method == "fa" or (self.method == "drtp" and self.lr == 1.0) or self.method == "sgr":
+                raise DivergenceError(f"{self.method} diverged at step 5: loss = nan; lower the learning rate")
+            return {"final_test_acc": 80.0}
+
+    cfg = SimpleNamespace(
+        seed=0, seeds=1, datasets=("d",), baselines=("fa", "drtp"), methods=(), network="mlp4", depth=4,
+        unit=lambda m, d, s, lr, device=None: Run(m, lr),
+    )  # fmt: skip
+    tuning = {
+        "d": {
+            "fa": {"grid": {"0.001": 58.0, "0.003": 65.0, "0.01": 0.0}, "chosen": 0.003},
+            "drtp": {"grid": {"0.3": 79.0, "1": 81.0, "3": 0.0}, "chosen": 1.0},
+        }
+    }
+    runs = bp_free._tuned_runs(cfg, tuning, "cpu")
+    assert tried == [("fa", 0.003), ("fa", 0.001), ("drtp", 1.0), ("drtp", 0.3)]  # 0.01 and 3: their tuning diverged
+    assert tuning["d"]["fa"]["final"] is None and set(tuning["d"]["fa"]["diverged"]) == {"0.003", "0.001"}
+    assert tuning["d"]["drtp"]["final"] == 0.3 and list(runs) == [("mlp4", "drtp", 4, "d")]
+    own = SimpleNamespace(**{**vars(cfg), "baselines": (), "methods": ("sgr",)})
+    with pytest.raises(DivergenceError):
+        bp_free._tuned_runs(own, {"d": {"sgr": {"grid": {"0.01": 80.0}, "chosen": 0.01}}}, "cpu")

@@ -212,7 +212,9 @@ def tune(cfg: BPFreeConfig, device) -> dict:
 def _tuned_runs(cfg: BPFreeConfig, tuning: dict, device) -> dict:
     """{(network, method, K, dataset): [one run per seed]} at each method's tuned lr (its default where untuned).
     A final run that diverges at the tuned lr (the tuning runs are shorter) moves the method to the next rate of
-    its grid by validation accuracy (our rule), noted in `tuning` as `diverged` and `final`."""
+    its grid by validation accuracy (our rule; rates whose tuning run diverged are not tried), noted in `tuning` as
+    `diverged` and `final`. A baseline that diverges at every rate tried is left out of the table with `final`
+    None (the record says so); one of SGR's own methods that does stops the experiment."""
     from gradalign.errors import DivergenceError
     from gradalign.progress import progress
 
@@ -221,12 +223,13 @@ def _tuned_runs(cfg: BPFreeConfig, tuning: dict, device) -> dict:
     for d, m in progress([(d, m) for d in cfg.datasets for m in (*cfg.baselines, *cfg.methods)], desc="BP-free"):
         entry = tuning.get(d, {}).get(m)
         rates = [None] if entry is None else sorted(entry["grid"], key=lambda r: (-entry["grid"][r], float(r)))
+        rates = [r for r in rates if r is None or entry["grid"][r] > 0]
         for rate in rates:
             lr = None if rate is None else float(rate)
             try:
                 group = [cfg.unit(m, d, s, lr, device=device).run() for s in seeds]
             except DivergenceError as err:
-                if entry is None or rate == rates[-1]:
+                if entry is None or (rate == rates[-1] and m not in BASELINES):
                     raise
                 entry.setdefault("diverged", {})[rate] = str(err).split(";")[0]
                 continue
@@ -234,6 +237,9 @@ def _tuned_runs(cfg: BPFreeConfig, tuning: dict, device) -> dict:
                 entry["final"] = lr
             runs[(cfg.network, m, cfg.depth, d)] = group
             break
+        else:
+            if entry is not None:
+                entry["final"] = None  # diverged at every rate tried
     return runs
 
 
@@ -307,7 +313,7 @@ def table4(cfg: BPFreeConfig, device) -> dict:
         runs.update({(cfg.network, m, cfg.depth, d): group for (m, d), group in _baseline_runs(cfg, device).items()})
     tables, curves, checks = {}, {}, {}
     for d in cfg.datasets:
-        methods = (*cfg.baselines, *cfg.methods)
+        methods = [m for m in (*cfg.baselines, *cfg.methods) if (cfg.network, m, cfg.depth, d) in runs]
         tables[d] = {m: summary(runs[(cfg.network, m, cfg.depth, d)]) for m in methods}
         curves.update({f"{d}/{m}": curves_of(runs[(cfg.network, m, cfg.depth, d)]) for m in methods})
         checks.update(_prefixed(cfg, d, table4_checks(tables[d])))
