@@ -6,11 +6,11 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
 1. the CUDA tests at `smoke` (`CUDA_TESTS`; skipped without a CUDA device or without pytest);
 2. `bench --quick` on the device: every benchmark at its tiny sizes (a code-path check with ratios; quick
    records are never stored as measurements);
-3. the units of a backlog (`BACKLOG`: the `gpu` presets, most valuable first) under the window's time box
-   (`timebox`): each unit's finished entry is committed to the checkout's `results/runs/` (`run_unit`), and
-   once an experiment's units are all there its record is assembled (`runner.run`). A unit the box stops keeps
-   its checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried
-   in the checkout) are read, not trained: a window continues where the last one stopped.
+3. the units of a backlog (`BACKLOG`: the pilots' reruns, then the `gpu` presets, most valuable first) under the
+   window's time box (`timebox`): each unit's finished entry is committed to the checkout's `results/runs/`
+   (`run_unit`), and once an experiment's units are all there its record is assembled (`runner.run`). A unit the box
+   stops keeps its checkpoint in the run cache and is not committed. Units already committed (by an earlier window,
+   carried in the checkout) are read, not trained: a window continues where the last one stopped.
 
 Everything the window finished is written to `--out` as it goes, in `bundle_files` (at most `MAX_FILES`, each
 under `MAX_FILE_BYTES`): `window.json` (what ran, each unit's wall time and hardware, what is left),
@@ -33,9 +33,12 @@ from typing import Callable
 
 from gradalign.atomic import read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
+from gradalign.pilots import RERUNS
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = tuple(
+    (element_id, "cpu", overrides) for element_id, overrides in RERUNS.items()
+) + tuple(
     (element_id, "gpu", {})
     for element_id in (
         "lga.fig7",
@@ -49,7 +52,9 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = tuple(
         "metagrad.tab2",
     )
 )
-"""(element id, preset, overrides) in priority order (the backlog of GPU runs)."""
+"""(element id, preset, overrides) in priority order (the backlog of GPU runs): first the reruns of the `cpu` scales
+that the pilots chose (`pilots.RERUNS`: hours on two CPU cores, small networks whose runs should each take well
+under the window's 3 minutes on one H100: an estimate, not yet timed on a GPU), then the `gpu` presets."""
 CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_activation_memory.py")
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file

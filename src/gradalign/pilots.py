@@ -121,6 +121,20 @@ PILOTS = {
 }
 
 
+RERUNS: dict[str, dict] = {
+    "sgr.tab3": {k: v for k, v in PILOTS["sgr.tab3"].overrides.items() if k not in ("networks", "seeds")},
+    "lga.fig7": {
+        **{k: v for k, v in PILOTS["lga.fig7"].overrides.items() if k not in ("labels", "families")},
+        "seeds": 3,
+    },
+    "metagrad.tab4": {**{k: v for k, v in PILOTS["metagrad.tab4"].overrides.items() if k != "seeds"}, "dropout": 0.0},
+}
+"""Each element's full rerun at its pilot's candidate scale (every network, label count and family, 3 seeds), as
+overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`) or a GPU window
+(`gpu_window.BACKLOG`) trains next, and what becomes the `cpu` preset once its runs are committed and the pilot
+held. metagrad.tab4's dropout: off, pending its pilot."""
+
+
 def _committed():
     from gradalign.sweep import _committed_folder
 
