@@ -59,9 +59,18 @@ def figure2_checks(sgr: dict, layerwise: dict) -> dict:
     if term is not None:
         checks["sgr_term_lower_with_sgr"] = term
     if acc:
-        checks["test_accuracy_higher_throughout"] = all_of(
-            acc, "at every epoch of the second half: SGR's test accuracy higher by more than 2 SE", claim_acc
-        )
+        out = all_of(acc, "at every epoch of the second half: SGR's test accuracy higher by more than 2 SE", claim_acc)
+        higher = [e for e, c in acc.items() if c["passed"]]
+        lower = [e for e, c in acc.items() if not c["passed"] and not c.get("within_noise")]
+        last = list(acc)[-1]
+        out["value"] = {  # the count per outcome and the last epoch's comparison, not one line per epoch
+            "epochs": len(acc),
+            "higher": len(higher),
+            "within noise": len(acc) - len(higher) - len(lower),
+            "lower": len(lower),
+            last: acc[last]["value"],
+        }
+        checks["test_accuracy_higher_throughout"] = out
     return checks
 
 
