@@ -162,7 +162,7 @@ def stored(name: str) -> list[dict]:
             curve = history.get(pilot.metric, [])
             row.update(
                 curve=curve,
-                steps=history.get("step", history.get("epoch")),
+                steps=history.get("epoch", history.get("step")),  # the x axis: epochs where a run has them
                 finished=run_finished(curve, pilot.higher_is_better, pilot.tolerance),
                 spec=entry["spec"],
                 hardware=entry["provenance"].get("hardware"),
