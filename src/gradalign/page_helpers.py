@@ -132,7 +132,7 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
     if done:
         fig, ax = panels(1, height=2.8)
         for r, color in zip(done, ramp(len(done))):
-            x = r["steps"] or list(range(1, len(r["curve"]) + 1))
+            x = r["x"] or list(range(1, len(r["curve"]) + 1))
             ax.plot(x, r["curve"], "o-", ms=2, color=color, label=r["arm"])
         first = x[-max(1, math.ceil(LAST_SHARE * len(x)))]
         ax.axvspan(first, x[-1], color="0.9", zorder=0)

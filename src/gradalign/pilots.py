@@ -148,8 +148,9 @@ def _committed():
 
 
 def stored(name: str) -> list[dict]:
-    """Each run of pilot `name` as {label, key, done, curve (the metric per evaluation), finished, spec,
-    provenance}, from the committed entries only (`done` False where a run is not committed yet)."""
+    """Each run of pilot `name` as {label, arm, key, done, curve (the metric per evaluation), x (its epochs or
+    steps), finished, spec, labeled_error, hardware, wall_time_s}, from the committed entries only (`done` False where a
+    run is not committed yet)."""
     from gradalign.run_unit import read_entry
 
     pilot = PILOTS[name]
@@ -162,7 +163,7 @@ def stored(name: str) -> list[dict]:
             curve = history.get(pilot.metric, [])
             row.update(
                 curve=curve,
-                steps=history.get("epoch", history.get("step")),  # the x axis: epochs where a run has them
+                x=history.get("epoch", history.get("step")),  # the x axis: epochs where a run has them
                 finished=run_finished(curve, pilot.higher_is_better, pilot.tolerance),
                 spec=entry["spec"],
                 hardware=entry["provenance"].get("hardware"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from gradalign.config import Config, require
+from gradalign.experiments.seed_stats import stats
 from gradalign.run_unit import Unit, without_defaults
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
 from gradalign.runtime import select_device
@@ -274,8 +275,8 @@ def _lga_diagnostics(runs: list[dict]) -> dict:
         if not all(h.get(name) and h[name][-1] is not None for h in histories):
             continue
         values = [h[name][-1] if name != "alignment" else sum(h[name]) / len(h[name]) for h in histories]
-        t = torch.tensor(values, dtype=torch.float64)
-        out[name], out[f"{name}_std"] = float(t.mean()), float(t.std()) if len(t) > 1 else 0.0
+        summary = stats(values)
+        out[name], out[f"{name}_std"] = summary["mean"], summary["std"]
     return out
 
 
