@@ -70,7 +70,7 @@ CHOICES = {
     "with a fixed ETF head; the paper states neither depth nor width",
     "protocol": "App. E's CIFAR protocol for every method (SGD, momentum 0.9, wd 5e-4, cosine, batch 128, crop "
     "+ flip), except at cpu and gpu: no crop or flip, as the PEPITA protocol's fully connected runs (an MLP is not "
-    "translation invariant; with them, our pilot's SGR run still had a train accuracy near 71 % after 24 epochs); "
+    "translation invariant; with them, a one-seed trial run of ours had not fit its training images after 24 epochs); "
     "cpu: Fashion-MNIST, 1,024 units (the PEPITA protocol's width), 6,400 training images, 40 epochs, 3 seeds",
     "tuning": "every method's lr chosen on 5,000 held-out training images after an 8-epoch run at cpu (seed 0) "
     "from our grids (layer-wise, reforward, SGR 0.003 to 0.3; FA, DRTP, PEPITA 0.001 to 10, in steps of about "
