@@ -136,3 +136,34 @@ def test_a_diverging_unit_is_reported_and_the_window_goes_on(tmp_path, monkeypat
     statuses = [u["status"] for u in window.units]
     assert statuses[0].startswith("diverged: ") and "step" in statuses[0]
     assert window.records and window.records[0].startswith("sgr.fig2 [cpu]") and not window.stopped
+
+
+def test_a_window_with_workers_trains_units_in_parallel_and_assembles_the_record(tmp_path, monkeypatch):
+    """`--workers 2`: the units are trained by two spawned processes, each committed with its hardware and the
+    worker that trained it; the record is assembled once all six are committed, and the import round-trips."""
+    home = _machine(monkeypatch, tmp_path, "cpu")
+    _machine(monkeypatch, tmp_path, "gpu")
+    monkeypatch.setenv("GRADALIGN_THREADS", "1")
+    window = gpu_window(5, tmp_path / "out", BACKLOG, device="cpu", bench=False, workers=2, echo=lambda _: None)
+    assert window.workers == 2 and not window.stopped and window.records[0].startswith("sgr.fig2 [cpu]")
+    finished = [u for u in window.units if u["status"] == "finished"]
+    assert len(finished) == 6 and all(u["hardware"].startswith("CPU") for u in finished)
+    assert all(isinstance(u["worker"], int) for u in finished)  # the process that trained it
+    imported = import_window(tmp_path / "out", home)
+    assert len(imported.added_runs) == 6 and imported.added_records == ["sgr.fig2 [cpu]"] and not imported.refused
+
+
+def test_a_pool_window_closed_at_once_begins_no_unit(tmp_path, monkeypatch):
+    """A deadline already past: every unit is reported as not begun, nothing is committed, no record."""
+    from gradalign.window_pool import train_in_pool
+
+    _machine(monkeypatch, tmp_path, "gpu")
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+
+    units = units_of("sgr.fig2", get("sgr.fig2").resolve("cpu", TINY))
+    rows = list(train_in_pool([("sgr.fig2", "cpu", u) for u in units], tmp_path / "runs", 0.0, 2, 1, lambda: None))
+    assert [r["status"] for r in rows] == ["not begun: the time box closed"] * 6
+    assert not (tmp_path / "runs").exists()
+    with pytest.raises(ConfigError, match="--workers"):
+        gpu_window(1, tmp_path / "out", BACKLOG, workers=0)

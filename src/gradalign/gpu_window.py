@@ -66,6 +66,7 @@ class Window:
 
     minutes: float
     device: str = ""
+    workers: int = 1  # units trained at once (`window_pool`)
     tests: dict = field(default_factory=dict)
     bench: dict = field(default_factory=dict)  # name -> its quick ratios, or the error
     units: list[dict] = field(default_factory=list)  # {element, label, kind, key, seconds, hardware, status}
@@ -85,6 +86,7 @@ def gpu_window(
     device: str = "auto",
     tests: bool = True,
     bench: bool = True,
+    workers: int = 1,
     echo: Callable[[str], None] = print,
 ) -> Window:
     """Run one window of at most `minutes` and write what it finished to `out` (see the module's text)."""
@@ -92,17 +94,21 @@ def gpu_window(
     from gradalign.runtime import check_device, pin_threads, select_device
     from gradalign.timebox import check_minutes, seconds_left, time_box
 
+    from gradalign.window_pool import check_workers
+
     check_minutes(minutes)
     check_device(device)
+    check_workers(workers)
     out = _out_folder(out)
     dev = select_device(device)
     pin_threads()  # as `gradalign run` does: the units a window computes are the ones a run computes
     store = ResultStore()
     before = _snapshot(store.root)
-    window = Window(minutes=minutes, device=str(dev))
+    window = Window(minutes=minutes, device=str(dev), workers=workers)
     writer = _Writer(out, store.root, before, window)
     start = time.monotonic()
-    with time_box(minutes):
+
+    def checks() -> None:
         if tests:
             window.tests = _cuda_tests(dev, seconds_left)
             echo(f"gpu-window: CUDA tests: {window.tests['outcome']}")
@@ -111,7 +117,13 @@ def gpu_window(
             window.bench = _quick_bench(dev)
             echo(f"gpu-window: bench --quick: {len(window.bench)} benchmark(s)")
             writer.write()
-        _backlog(window, backlog, dev, store, writer, echo)
+
+    with time_box(minutes):
+        if workers == 1:
+            checks()
+            _backlog(window, backlog, dev, store, writer, echo)
+        else:  # the checks run here while the workers train
+            _backlog_in_pool(window, backlog, dev, store, writer, echo, checks)
     writer.write()
     echo(
         f"gpu-window: {sum(u['status'] == 'finished' for u in window.units)} unit(s) finished, "
@@ -217,6 +229,54 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
             writer.write()
 
 
+def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo, meanwhile) -> None:
+    """The backlog's uncommitted units trained by `window.workers` processes (`window_pool`), then a record for
+    every experiment whose units are all committed."""
+    from gradalign.experiments import get
+    from gradalign.experiments.units import UNITS, units_of
+    from gradalign.run_unit import read_entry
+    from gradalign.runner import run
+    from gradalign.runtime import threads_from_env
+    from gradalign.timebox import TimeBoxSpent, seconds_left
+    from gradalign.window_pool import train_in_pool
+
+    runs, items, jobs = store.root / "runs", [], []
+    for element_id, preset, overrides in backlog:
+        try:
+            units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
+        except ConfigError as err:
+            window.units.append({"element": element_id, "preset": preset, "status": f"refused: {err}"})
+            continue
+        items.append((element_id, preset, overrides, units))
+        for unit in units:
+            if read_entry(runs, unit) is None:
+                jobs.append((element_id, preset, unit))
+            else:
+                window.units.append(
+                    {"element": element_id, "preset": preset, "label": unit.label, "kind": unit.kind}
+                    | {"key": unit.key, "status": "committed before"}
+                )
+    deadline = time.monotonic() + seconds_left()
+    for done, row in enumerate(train_in_pool(jobs, runs, deadline, window.workers, threads_from_env(), meanwhile), 1):
+        window.units.append(row)
+        echo(f"gpu-window: [{done}/{len(jobs)}] {row['label']}: {row['status']} ({row.get('seconds', 0):.0f} s)")
+        writer.write()
+    for element_id, preset, overrides, units in items:
+        if not all(read_entry(runs, unit) is not None for unit in units) or not _box_open():
+            window.left.append(f"{element_id} [{preset}]")
+            continue
+        try:
+            start = time.monotonic()
+            run(element_id, preset, overrides, store=store, device=str(dev))
+            window.records.append(f"{element_id} [{preset}] in {time.monotonic() - start:.1f} s")
+            echo(f"gpu-window: {element_id} [{preset}] record stored")
+        except (ConfigError, DivergenceError, TimeBoxSpent) as err:
+            window.units.append({"element": element_id, "preset": preset, "status": f"no record: {err}"})
+        writer.write()
+    if window.left:
+        window.stopped = f"the time box closed with {len(window.left)} experiment(s) unfinished"
+
+
 def _box_open() -> bool:
     """Whether the window's time box still has time for another unit to begin."""
     from gradalign.timebox import seconds_left
@@ -294,6 +354,7 @@ def add_parsers(sub) -> None:
     w.add_argument("--device", default="auto")
     w.add_argument("--no-tests", action="store_true", help="skip the CUDA tests")
     w.add_argument("--no-bench", action="store_true", help="skip bench --quick")
+    w.add_argument("--workers", type=int, default=1, help="units trained at once, each in its own process")
     w.set_defaults(func=_cmd_window)
     i = sub.add_parser("import", help="check and place the files a gpu-window wrote")
     i.add_argument("folder")
@@ -302,7 +363,14 @@ def add_parsers(sub) -> None:
 
 
 def _cmd_window(args) -> int:
-    window = gpu_window(args.minutes, args.out, device=args.device, tests=not args.no_tests, bench=not args.no_bench)
+    window = gpu_window(
+        args.minutes,
+        args.out,
+        device=args.device,
+        tests=not args.no_tests,
+        bench=not args.no_bench,
+        workers=args.workers,
+    )
     return 0 if window.tests.get("returncode", 0) in (0, 5) else 1  # 5: pytest collected nothing
 
 

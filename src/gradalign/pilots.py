@@ -122,17 +122,17 @@ PILOTS = {
 
 
 RERUNS: dict[str, dict] = {
+    "lga.fig7": {
+        **{k: v for k, v in PILOTS["lga.fig7"].overrides.items() if k not in ("labels", "families")},
+        "seeds": 3,
+    },
+    "metagrad.tab4": {**{k: v for k, v in PILOTS["metagrad.tab4"].overrides.items() if k != "seeds"}, "dropout": 0.0},
     # the 30-epoch pilot: SGR finished learning (73.3 %), layer-wise (81.1 %) and reforward (82.1 %) still gained
     # more than 0.5 points over their last 6 epochs: the rerun's next candidate doubles the epochs (not yet piloted)
     "sgr.tab3": {
         **{k: v for k, v in PILOTS["sgr.tab3"].overrides.items() if k not in ("networks", "seeds")},
         "protocol.epochs": 60,
     },
-    "lga.fig7": {
-        **{k: v for k, v in PILOTS["lga.fig7"].overrides.items() if k not in ("labels", "families")},
-        "seeds": 3,
-    },
-    "metagrad.tab4": {**{k: v for k, v in PILOTS["metagrad.tab4"].overrides.items() if k != "seeds"}, "dropout": 0.0},
 }
 """Each element's full rerun at its pilot's candidate scale (every network, label count and family, 3 seeds), as
 overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`) or a GPU window
