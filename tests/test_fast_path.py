@@ -210,3 +210,19 @@ def test_isoloss_table1_stops_in_the_box_and_resumes_to_the_uninterrupted_record
 
     assert numbers(resumed) == numbers(whole) and resumed["curves"] == whole["curves"]
     assert resumed["checks"] == whole["checks"]
+
+
+@cuda
+def test_a_run_checkpointed_on_cuda_resumes_there(tmp_path, monkeypatch):
+    """The first GPU window failed every resume: its checkpoints load to the GPU, where torch refuses random states.
+    A boxed run on CUDA stops checkpointed, and the same call resumes and finishes with the whole history."""
+    data = make_data()
+    data = type(data)(**{k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in vars(data).items()})
+    settings, prot, checkpoint = oliver_settings("pseudo_label"), protocol(12, eval_every=3), tmp_path / "run.pt"
+    whole = train_ssl(make_model().cuda(), "pseudo_label", settings, prot, data, 0)
+    with timebox.time_box(1.0), monkeypatch.context() as patch:
+        patch.setattr("gradalign.training.ssl.seconds_left", lambda: 1e-9)
+        with pytest.raises(timebox.TimeBoxSpent, match="stopped after step 3 of 12, checkpointed"):
+            train_ssl(make_model().cuda(), "pseudo_label", settings, prot, data, 0, checkpoint=checkpoint)
+    resumed = train_ssl(make_model().cuda(), "pseudo_label", settings, prot, data, 0, checkpoint=checkpoint)
+    assert len(resumed["history"]["step"]) == len(whole["history"]["step"]) and not checkpoint.exists()

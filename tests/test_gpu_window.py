@@ -167,3 +167,14 @@ def test_a_pool_window_closed_at_once_begins_no_unit(tmp_path, monkeypatch):
     assert not (tmp_path / "runs").exists()
     with pytest.raises(ConfigError, match="--workers"):
         gpu_window(1, tmp_path / "out", BACKLOG, workers=0)
+
+
+def test_the_window_keeps_the_names_of_the_cuda_tests_that_failed(monkeypatch):
+    """The first GPU window said only '9 failed': the names of the failing tests come back in window.json."""
+    from types import SimpleNamespace
+
+    out = "....F\nFAILED tests/test_fast_path.py::test_x - TypeError: RNG state\n1 failed, 4 passed in 3.0s"
+    monkeypatch.setattr(window_module.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=out, returncode=1))
+    result = window_module._cuda_tests(SimpleNamespace(type="cuda"), lambda: 300.0)
+    assert result["outcome"] == "1 failed, 4 passed in 3.0s" and result["returncode"] == 1
+    assert result["failures"] == ["FAILED tests/test_fast_path.py::test_x - TypeError: RNG state"]

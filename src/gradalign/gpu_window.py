@@ -163,8 +163,14 @@ def _cuda_tests(dev, seconds_left) -> dict:
         done = subprocess.run(command, cwd=project_root(), env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"outcome": f"stopped after {timeout:.0f} s", "seconds": timeout}
-    last = (done.stdout.strip().splitlines() or [""])[-1]
-    return {"outcome": last, "returncode": done.returncode, "seconds": round(time.monotonic() - start, 1)}
+    lines = done.stdout.strip().splitlines() or [""]
+    failures = [line[:300] for line in lines if line.startswith(("FAILED", "ERROR"))]  # pytest's -ra summary
+    return {
+        "outcome": lines[-1],
+        "returncode": done.returncode,
+        "seconds": round(time.monotonic() - start, 1),
+        "failures": failures,
+    }
 
 
 def _quick_bench(dev) -> dict:

@@ -93,7 +93,7 @@ def train(
         loop = saved["loop"]
         out.history, out.best, start, out.train_seconds = loop["history"], loop["best"], loop["step"], loop["seconds"]
         sums, count = loop["sums"], loop["count"]
-        torch.set_rng_state(loop["rng"])
+        _restore_rng(loop)
     evals_this_call, windows, begun = 0, 0, time.perf_counter()
     with progress(None, desc=name, total=steps - start) as bar:
         for t in range(start + 1, steps + 1):
@@ -136,6 +136,7 @@ def train(
                             "count": count,
                             "seconds": out.train_seconds + now - tick,
                             "rng": torch.get_rng_state(),
+                            "cuda_rng": _cuda_rng(),
                         },
                     },
                 )
@@ -167,3 +168,16 @@ def _raise_if_diverged(
     for level in chance:
         if level.name in values:
             raise_if_at_chance(name, t, level, values[level.name], history.get(level.name, []))
+
+
+def _cuda_rng() -> list[torch.Tensor] | None:
+    """Every CUDA device's random state, where CUDA is in use (dropout and noise drawn there)."""
+    return torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+
+def _restore_rng(loop: dict) -> None:
+    """The random states a checkpoint saved. They load to the checkpoint's `map_location` (the GPU, for a run there),
+    and torch takes them back only as CPU byte tensors: the first GPU window failed every resume on this."""
+    torch.set_rng_state(loop["rng"].cpu())
+    if loop.get("cuda_rng") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([state.cpu() for state in loop["cuda_rng"]])
