@@ -57,7 +57,7 @@ def test_a_window_stopped_by_its_box_is_imported_and_the_next_window_continues(t
     imported = import_window(tmp_path / "out1", home)
     assert len(imported.added_runs) == 3 and not imported.added_records and not imported.refused
     assert len(list((home / "runs").glob("*/*.json"))) == 3
-    assert import_window(tmp_path / "out1", home).unchanged == 3  # importing again adds nothing
+    assert import_window(tmp_path / "out1", home).unchanged == 4  # importing again adds nothing (3 runs, 1 report)
 
     _machine(monkeypatch, tmp_path, "gpu2")  # a fresh machine whose checkout carries the imported results
     import shutil
@@ -178,3 +178,27 @@ def test_the_window_keeps_the_names_of_the_cuda_tests_that_failed(monkeypatch):
     result = window_module._cuda_tests(SimpleNamespace(type="cuda"), lambda: 300.0)
     assert result["outcome"] == "1 failed, 4 passed in 3.0s" and result["returncode"] == 1
     assert result["failures"] == ["FAILED tests/test_fast_path.py::test_x - TypeError: RNG state"]
+
+
+def test_import_keeps_the_window_report_and_the_compute_page_shows_it(tmp_path, monkeypatch):
+    """The report lands under results/windows/ with its digest; the compute page's section lists its units by
+    experiment with their wall time; an edited report is named as such and not shown."""
+    from gradalign.window_report import stored_windows, windows_markdown
+
+    _machine(monkeypatch, tmp_path, "gpu")
+    gpu_window(5, tmp_path / "out", BACKLOG, device="cpu", bench=False, echo=lambda _: None)
+    home = tmp_path / "home"
+    imported = import_window(tmp_path / "out", home)
+    assert len(imported.added_windows) == 1 and not imported.refused
+    reports, bad = stored_windows(home)
+    assert len(reports) == 1 and not bad and reports[0]["workers"] == 1
+    page = windows_markdown(home)
+    assert "`sgr.fig2` [cpu] 6:" in page and "skipped: no CUDA device" in page
+    stored = next((home / "windows").glob("*.json"))
+    stored.write_text(stored.read_text().replace('"workers": 1', '"workers": 9'))
+    reports, bad = stored_windows(home)
+    assert not reports and "digest" in bad[0] and "sgr.fig2" not in windows_markdown(home)
+    window = json.loads((tmp_path / "out" / "window.json").read_text())
+    window["minutes"] = 60
+    (tmp_path / "out" / "window.json").write_text(json.dumps(window))
+    assert any("window.json" in why for why in import_window(tmp_path / "out", tmp_path / "home2").refused)

@@ -18,12 +18,14 @@ from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, 
 from gradalign.errors import ConfigError
 
 WINDOW_FILE, RECORDS_FILE, BENCH_FILE, RUNS_PREFIX = "window.json", "records.json", "bench.json", "runs-"
+WINDOWS = "windows"  # the results store's folder of window reports (`window_report` shows them on the compute page)
 
 
 @dataclass
 class Imported:
     added_runs: list[str] = field(default_factory=list)
     added_records: list[str] = field(default_factory=list)
+    added_windows: list[str] = field(default_factory=list)
     unchanged: int = 0
     refused: list[str] = field(default_factory=list)  # what did not check, and why
     bench: list[str] = field(default_factory=list)
@@ -36,6 +38,7 @@ class Imported:
         ]
         out += [f"  run {name}" for name in self.added_runs]
         out += [f"  record {name}" for name in self.added_records]
+        out += [f"  report of the {name}" for name in self.added_windows]
         out += [f"  refused: {why}" for why in self.refused]
         out += [f"  bench --quick: {line}" for line in self.bench]
         if self.window.get("stopped"):
@@ -58,6 +61,7 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
     imported = Imported()
     refused = imported.refused
     imported.window = _read(folder / WINDOW_FILE, refused) or {}
+    dates = []
     for path in sorted(folder.glob(f"{RUNS_PREFIX}*.json")):
         for entry in (_read(path, refused) or {}).get("runs", []):
             try:
@@ -65,6 +69,7 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
             except StoredJSONError as err:
                 refused.append(f"a run entry in {path.name} {err}")
                 continue
+            dates.append(str(entry.get("provenance", {}).get("date", "")))
             target = entry_path(store.root / "runs", entry["kind"], entry["key"])
             _place(target, entry, f"{entry['kind']}/{entry['key']}", imported, imported.added_runs)
     for record in (_read(folder / RECORDS_FILE, refused) or {}).get("records", []):
@@ -72,9 +77,32 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
         if name:
             target = store.path(record["id"], record["preset"], record["config_hash"])
             _place(target, record, name, imported, imported.added_records)
+    _place_window(imported, store.root / WINDOWS, min(filter(None, dates), default=""))
     for name, record in (_read(folder / BENCH_FILE, refused) or {}).get("bench", {}).items():
         imported.bench.append(_bench_line(name, record))
     return imported
+
+
+def _place_window(imported: Imported, folder: Path, first_run: str) -> None:
+    """The window's report, kept as `<results>/windows/<began>-<digest>.json` when its digest checks: what ran
+    where, each unit's wall time on the GPU, the CUDA tests' outcome. A report from before windows carried a digest
+    and a date (the first two, 2026-11-26) is kept with a digest computed here (`digest_from: import`) and the
+    date of its first finished run (`first_run`, `began_from`)."""
+    report = imported.window
+    if not report:
+        return
+    if "digest" not in report:
+        report = {**report, "digest_from": "import"}
+        if not report.get("began") and first_run:
+            report.update(began=first_run, began_from="its first finished run")
+        report["digest"] = content_digest(report)
+    elif report["digest"] != content_digest(report):
+        imported.refused.append(f"{WINDOW_FILE}: its digest does not match its content")
+        return
+    stamp = str(report.get("began", "")).replace(":", "").replace("+0000", "") or "undated"
+    _place(
+        folder / f"{stamp}-{report['digest'][:12]}.json", report, f"window {stamp}", imported, imported.added_windows
+    )
 
 
 def _read(path: Path, refused: list[str]) -> Any:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gradalign.atomic import read_json_strict, write_json_atomically
+from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.pilots import RERUNS
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
@@ -67,6 +67,7 @@ class Window:
     minutes: float
     device: str = ""
     workers: int = 1  # units trained at once (`window_pool`)
+    began: str = ""  # UTC date and time the window began
     tests: dict = field(default_factory=dict)
     bench: dict = field(default_factory=dict)  # name -> its quick ratios, or the error
     units: list[dict] = field(default_factory=list)  # {element, label, kind, key, seconds, hardware, status}
@@ -104,7 +105,7 @@ def gpu_window(
     pin_threads()  # as `gradalign run` does: the units a window computes are the ones a run computes
     store = ResultStore()
     before = _snapshot(store.root)
-    window = Window(minutes=minutes, device=str(dev), workers=workers)
+    window = Window(minutes=minutes, device=str(dev), workers=workers, began=_now())
     writer = _Writer(out, store.root, before, window)
     start = time.monotonic()
 
@@ -132,6 +133,12 @@ def gpu_window(
         + f"; files in {out}"
     )
     return window
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _out_folder(out: str | Path) -> Path:
@@ -328,7 +335,8 @@ class _Writer:
         for stale in self.out.glob(f"{RUNS_PREFIX}*.json"):
             if int(stale.stem[len(RUNS_PREFIX) :] or 0) > len(chunks):
                 stale.unlink()
-        write_json_atomically(self.out / WINDOW_FILE, self.window.to_dict())
+        report = self.window.to_dict()
+        write_json_atomically(self.out / WINDOW_FILE, {**report, "digest": content_digest(report)})
 
 
 def _chunks(items: list[dict], most: int) -> list[list[dict]]:

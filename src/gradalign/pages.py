@@ -159,7 +159,10 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
             f"{time_text(r, assembled=True)} | {cell(hardware_text(prov['hardware']))}; torch {prov['torch']}; "
             f"{prov['date'][:10]}, commit `{commit_of(r)}` | {stale_text(r)} |"
         )
-    lines += ["", "## The environment of this build", ""]
+    from gradalign.window_report import windows_markdown
+
+    lines += ["", windows_markdown(store.root)]
+    lines += ["## The environment of this build", ""]
     lines += [f"Python {platform.python_version()} on {platform.platform()}.", ""]
     requirements = project_root() / "requirements.txt"
     if requirements.exists():

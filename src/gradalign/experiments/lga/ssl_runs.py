@@ -224,7 +224,7 @@ def _train(
     torch.manual_seed(seed)
     model = _model(cfg, info.num_classes, info.channels).to(device)
     out = train_ssl(model, method, settings, cfg.protocol, data, seed, checkpoint=checkpoint, fast=fast)
-    out["fast_path"] = fast.text()
+    out["fast_path"], out["device"] = fast.text(), str(device)  # the device names the hardware of its entry
     out.update(family=family, dataset=dataset, labels=n_labeled, data=data.description)
     return out
 

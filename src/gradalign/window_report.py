@@ -1,0 +1,80 @@
+"""The GPU windows' reports (`results/windows/`, placed by `gradalign import`) as a section of the compute page.
+
+Each window says what ran on the GPU: the CUDA tests' outcome (with the failing tests' names), how many units each
+experiment finished and their wall time on the GPU, with how many units were training at once (`--workers`), and
+what was left. These are the only GPU timings the project has: the `gpu` presets are sized from them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from gradalign.atomic import StoredJSONError, content_digest, read_json_strict
+
+
+def stored_windows(root: Path) -> tuple[list[dict], list[str]]:
+    """The window reports under `root/windows/` in date order, and one line for each that does not check."""
+    reports, bad = [], []
+    for path in sorted((root / "windows").glob("*.json")) if (root / "windows").is_dir() else []:
+        try:
+            report = read_json_strict(path)
+        except StoredJSONError as err:
+            bad.append(f"{path.name} {err}")
+            continue
+        if not isinstance(report, dict) or report.get("digest") != content_digest(report):
+            bad.append(f"{path.name}: its digest does not match its content (edited?); not shown")
+            continue
+        reports.append(report)
+    return sorted(reports, key=lambda r: str(r.get("began", ""))), bad
+
+
+def unit_times(report: dict) -> dict[tuple[str, str], list[float]]:
+    """(element, preset) -> wall seconds of each unit the window finished."""
+    times = defaultdict(list)
+    for unit in report.get("units", []):
+        if unit.get("status") == "finished":
+            times[(unit["element"], unit["preset"])].append(float(unit["seconds"]))
+    return dict(times)
+
+
+def windows_markdown(root: Path) -> str:
+    reports, bad = stored_windows(root)
+    lines = ["## GPU windows", ""]
+    if not reports:
+        return "\n".join(lines + ["No GPU window has been imported yet.", *bad]) + "\n"
+    lines += [
+        "What each short GPU window (`gradalign gpu-window`) did, from its report. A unit's wall time is measured "
+        "with the window's other workers training beside it on the same GPU, so it is an upper bound on the unit "
+        "alone.",
+        "",
+        "| began (UTC) | device, workers | CUDA tests at `smoke` | units finished: median wall time (range) | left |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for report in reports:
+        device = _hardware(report)
+        tests = report.get("tests", {}).get("outcome", "not run") or "not run"
+        failures = report.get("tests", {}).get("failures") or []
+        if failures:
+            tests += "; failed: " + ", ".join(f.split(" ")[1].split("::")[-1] for f in failures if " " in f)
+        finished = "; ".join(
+            f"`{element}` [{preset}] {len(ts)}: {statistics.median(ts):.0f} s ({min(ts):.0f}–{max(ts):.0f})"
+            for (element, preset), ts in unit_times(report).items()
+        )
+        began = str(report.get("began", "?"))[:16].replace("T", " ")
+        if report.get("began_from"):
+            began += f" ({report['began_from']})"
+        left = len(report.get("left", []))
+        lines.append(
+            f"| {began} | {device}, {report.get('workers', 1)} | {tests} | {finished or 'none'} | "
+            f"{left} experiment{'' if left == 1 else 's'} |"
+        )
+    return "\n".join(lines + ["", *bad]) + "\n"
+
+
+def _hardware(report: dict) -> str:
+    """The window's device, with the accelerator its units name (the first window's LGA units named the machine's
+    CPU, a bug fixed since: their values did not carry their device)."""
+    gpus = sorted({u["hardware"] for u in report.get("units", []) if u.get("hardware", "CPU")[:3] != "CPU"})
+    return str(report.get("device", "?")) + (f" ({', '.join(gpus)})" if gpus else "")
