@@ -202,3 +202,18 @@ def test_import_keeps_the_window_report_and_the_compute_page_shows_it(tmp_path, 
     window["minutes"] = 60
     (tmp_path / "out" / "window.json").write_text(json.dumps(window))
     assert any("window.json" in why for why in import_window(tmp_path / "out", tmp_path / "home2").refused)
+
+
+def test_a_record_assembled_from_runs_on_two_machines_names_both():
+    from gradalign.record_text import where_computed
+
+    prov = {
+        "hardware": "CPU: AMD EPYC, 2 threads of 2 cores",
+        "runs": {"CPU: AMD EPYC, 1 thread of 2 cores": ["a", "b"], "NVIDIA H100 80GB HBM3 (CUDA 13.0)": ["c"]},
+    }
+    text = where_computed(prov)
+    assert (
+        text
+        == "2 runs on AMD EPYC, 1 thread, 1 run on NVIDIA H100 80GB HBM3 (CUDA 13.0); assembled on AMD EPYC, 2 threads"
+    )
+    assert where_computed({"hardware": "CPU: AMD EPYC, 2 threads of 2 cores"}) == "AMD EPYC, 2 threads"

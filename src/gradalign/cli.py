@@ -97,6 +97,7 @@ def _preset_to_run(exp, args, overrides: dict, store) -> str:
 
 
 def _print_record(record: dict, store, loaded: bool) -> None:
+    from gradalign.record_text import where_computed
     from gradalign.report import compute_time, format_value, scale_of
     from gradalign.runner import stale_files
     from gradalign.verdict import reason
@@ -109,13 +110,13 @@ def _print_record(record: dict, store, loaded: bool) -> None:
     if loaded:
         print(
             f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {compute_time(record)} "
-            f"on {prov['hardware']} (--force recomputes)"
+            f"({where_computed(prov)}; --force recomputes)"
         )
         changed = stale_files(record)
         if changed:
             print(f"  stale: {len(changed)} library file(s) it ran changed since ({', '.join(changed[:3])}, …)")
     else:
-        print(f"  computed now in {compute_time(record)} on {prov['hardware']}")
+        print(f"  computed now in {compute_time(record)} ({where_computed(prov)})")
     sections = (("preconditions", "precondition "), ("checks", ""), ("targets", "target (not in the verdict) "))
     for key, title in sections:
         for name, check in record.get(key, {}).items():

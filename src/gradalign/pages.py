@@ -33,7 +33,7 @@ from gradalign.report import (
     verdict_text,
     with_scale,
 )
-from gradalign.record_text import hardware_text, seeds_text, time_text
+from gradalign.record_text import hardware_text, seeds_text, time_text, where_computed
 from gradalign.results import ResultStore
 
 
@@ -156,7 +156,7 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
         prov = r["provenance"]
         lines.append(
             f"| {page_link(eid, '../')} | `{r['preset']}`, {seeds_text(r)} | "
-            f"{time_text(r, assembled=True)} | {cell(hardware_text(prov['hardware']))}; torch {prov['torch']}; "
+            f"{time_text(r, assembled=True)} | {cell(where_computed(prov))}; torch {prov['torch']}; "
             f"{prov['date'][:10]}, commit `{commit_of(r)}` | {stale_text(r)} |"
         )
     from gradalign.window_report import windows_markdown

@@ -31,6 +31,20 @@ def time_text(record: dict, assembled: bool = False) -> str:
     return duration(wall)
 
 
+def where_computed(provenance: dict) -> str:
+    """Where a record's numbers were computed: for a record assembled from stored runs, the hardware of those
+    runs with their counts (runs of one record may come from several machines: a CPU sitting, a GPU window) and
+    the machine that assembled it; otherwise the record's own hardware."""
+    runs = provenance.get("runs") or {}
+    if not runs:
+        return hardware_text(provenance["hardware"])
+    parts = [
+        f"{len(keys)} run{'s' if len(keys) != 1 else ''} on {hardware_text(name)}"
+        for name, keys in sorted(runs.items(), key=lambda item: (-len(item[1]), item[0]))
+    ]
+    return ", ".join(parts) + f"; assembled on {hardware_text(provenance['hardware'])}"
+
+
 def hardware_text(text: str) -> str:
     """'CPU: Intel(R) Xeon(R) Processor, 2 threads of 2 cores' -> 'Intel Xeon, 2 threads'."""
     text = re.sub(r"\((R|TM)\)| CPU\b| Processor\b|^CPU: ", "", text)

@@ -13,7 +13,7 @@ from gradalign.config import PRESET_ORDER_FOR_BOOK
 from gradalign.elements import ELEMENTS, PAPER_ELEMENTS, PARTS, is_study
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.validity import evidence_of
-from gradalign.record_text import duration, seeds_text, time_text
+from gradalign.record_text import duration, seeds_text, time_text, where_computed
 from gradalign.results import ResultStore
 from gradalign.runner import element_status, stale_files, stored_record
 from gradalign.toc import in_book
@@ -164,7 +164,7 @@ def commit_of(record: dict) -> str:
 def provenance_line(record: dict) -> str:
     prov = record["provenance"]
     return (
-        f"preset {record['preset']} · {prov['hardware']} · torch {prov['torch']} · {seeds_text(record)} · "
+        f"preset {record['preset']} · {where_computed(prov)} · torch {prov['torch']} · {seeds_text(record)} · "
         f"{time_text(record)} · {prov['date'][:10]} · commit {commit_of(record)}"
     )
 
