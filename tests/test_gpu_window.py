@@ -217,3 +217,15 @@ def test_a_record_assembled_from_runs_on_two_machines_names_both():
         == "2 runs on AMD EPYC, 1 thread, 1 run on NVIDIA H100 80GB HBM3 (CUDA 13.0); assembled on AMD EPYC, 2 threads"
     )
     assert where_computed({"hardware": "CPU: AMD EPYC, 2 threads of 2 cores"}) == "AMD EPYC, 2 threads"
+
+
+def test_a_unit_stopped_part_way_projects_its_full_time():
+    """The box stops a run at a checkpoint; its message gives the steps it reached, and the report projects the
+    full unit from them (a message without steps projects nothing)."""
+    from gradalign.window_pool import stopped_at
+    from gradalign.window_report import projected_times
+
+    message = "time box: LGA (seed 0) stopped after step 1500 of 6000, checkpointed; run the same command again"
+    assert stopped_at(message) == [1500, 6000] and stopped_at("the time box closed before x could begin") is None
+    report = {"units": [{"element": "lga.fig7", "preset": "gpu", "seconds": 60.0, "progress": [1500, 6000]}]}
+    assert projected_times(report) == {("lga.fig7", "gpu"): [240.0]}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -55,21 +56,26 @@ def _train_one(job) -> dict:
     if left <= 1:
         return {**row, "seconds": 0.0, "hardware": "", "status": "not begun: the time box closed"}
     pin_threads(threads)
-    start, made = time.monotonic(), {}
+    start, made, progress = time.monotonic(), {}, None
     try:
         with time_box(left / 60), committed_runs(Path(runs), write=True):
             unit.run()
             made = runs_read().get((unit.kind, unit.key), {})
         status = "finished"
-    except TimeBoxSpent:
+    except TimeBoxSpent as err:
         status = "stopped by the time box"
+        progress = stopped_at(str(err))
     except DivergenceError as err:
         status = f"diverged: {err}"
     except Exception as err:  # noqa: BLE001 (a failed unit is reported in the window's file; the others go on)
         status = f"failed: {type(err).__name__}: {err}"
-    return {
-        **row,
-        "seconds": round(time.monotonic() - start, 3),
-        "hardware": made.get("hardware", ""),
-        "status": status,
-    }
+    row.update(seconds=round(time.monotonic() - start, 3), hardware=made.get("hardware", ""), status=status)
+    return {**row, "progress": progress} if progress else row
+
+
+def stopped_at(message: str) -> list[int] | None:
+    """[done, total] steps (or epochs) of a run the box stopped, from its `TimeBoxSpent` message ("... stopped
+    after step 450 of 6000 ..."): with the unit's seconds, what a full unit would take on this machine (an upper
+    bound: the seconds include the run's start), which sizes the `gpu` presets from units no window finished."""
+    found = re.search(r"stopped after (?:step|epoch) (\d+) of (\d+)", message)
+    return [int(found[1]), int(found[2])] if found and int(found[1]) > 0 else None

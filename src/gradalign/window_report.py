@@ -39,6 +39,17 @@ def unit_times(report: dict) -> dict[tuple[str, str], list[float]]:
     return dict(times)
 
 
+def projected_times(report: dict) -> dict[tuple[str, str], list[float]]:
+    """(element, preset) -> projected wall seconds of each unit the window's box stopped part-way
+    (seconds × total / done steps: `window_pool.stopped_at`)."""
+    times = defaultdict(list)
+    for unit in report.get("units", []):
+        if unit.get("progress") and unit.get("seconds"):
+            done, total = unit["progress"]
+            times[(unit["element"], unit["preset"])].append(float(unit["seconds"]) * total / done)
+    return dict(times)
+
+
 def windows_markdown(root: Path) -> str:
     reports, bad = stored_windows(root)
     lines = ["## GPU windows", ""]
@@ -47,10 +58,12 @@ def windows_markdown(root: Path) -> str:
     lines += [
         "What each short GPU window (`gradalign gpu-window`) did, from its report. A unit's wall time is measured "
         "with the window's other workers training beside it on the same GPU, so it is an upper bound on the unit "
-        "alone.",
+        "alone. A unit the window's box stopped part-way projects its full time from the steps it reached (an upper "
+        "bound, since its seconds include the run's start); these projections size the `gpu` presets.",
         "",
-        "| began (UTC) | device, workers | CUDA tests at `smoke` | units finished: median wall time (range) | left |",
-        "| --- | --- | --- | --- | --- |",
+        "| began (UTC) | device, workers | CUDA tests at `smoke` | units finished: median wall time (range) "
+        "| units stopped part-way: median projected time | left |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for report in reports:
         device = _hardware(report)
@@ -62,13 +75,17 @@ def windows_markdown(root: Path) -> str:
             f"`{element}` [{preset}] {len(ts)}: {statistics.median(ts):.0f} s ({min(ts):.0f}–{max(ts):.0f})"
             for (element, preset), ts in unit_times(report).items()
         )
+        projected = "; ".join(
+            f"`{element}` [{preset}] {len(ts)}: {statistics.median(ts) / 60:.1f} min"
+            for (element, preset), ts in projected_times(report).items()
+        )
         began = str(report.get("began", "?"))[:16].replace("T", " ")
         if report.get("began_from"):
             began += f" ({report['began_from']})"
         left = len(report.get("left", []))
         lines.append(
             f"| {began} | {device}, {report.get('workers', 1)} | {tests} | {finished or 'none'} | "
-            f"{left} experiment{'' if left == 1 else 's'} |"
+            f"{projected or '—'} | {left} experiment{'' if left == 1 else 's'} |"
         )
     return "\n".join(lines + ["", *bad]) + "\n"
 
