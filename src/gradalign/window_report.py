@@ -93,5 +93,6 @@ def windows_markdown(root: Path) -> str:
 def _hardware(report: dict) -> str:
     """The window's device, with the accelerator its units name (the first window's LGA units named the machine's
     CPU, a bug fixed since: their values did not carry their device)."""
-    gpus = sorted({u["hardware"] for u in report.get("units", []) if u.get("hardware", "CPU")[:3] != "CPU"})
+    names = {u.get("hardware") or "" for u in report.get("units", [])}
+    gpus = sorted(name for name in names if name and not name.startswith("CPU"))
     return str(report.get("device", "?")) + (f" ({', '.join(gpus)})" if gpus else "")
