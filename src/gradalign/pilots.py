@@ -24,7 +24,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from gradalign.experiments.metagrad.ssl_runs import CPU_FITS
 from gradalign.experiments.rules import run_finished
 
 
@@ -127,7 +126,6 @@ RERUNS: dict[str, dict] = {
         **{k: v for k, v in PILOTS["lga.fig7"].overrides.items() if k not in ("labels", "families")},
         "seeds": 3,
     },
-    "metagrad.fig2": dict(CPU_FITS),  # Table 4's cpu scale, at Figure 2's 250, 1,000 and 4,000 labels
     # the 30-epoch pilot: SGR finished learning (73.3 %), layer-wise (81.1 %) and reforward (82.1 %) still gained
     # more than 0.5 points over their last 6 epochs: the rerun's next candidate doubles the epochs (not yet piloted)
     "sgr.tab3": {
@@ -138,8 +136,7 @@ RERUNS: dict[str, dict] = {
 """Each element's full rerun at its pilot's candidate scale (every network, label count and family, 3 seeds), as
 overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`) or a GPU window
 (`gpu_window.BACKLOG`) trains next, and what becomes the `cpu` preset once its runs are committed and the pilot
-held. metagrad.tab4's rerun is its `cpu` preset now (`ssl_runs.CPU_FITS`, with Table 1 and Figure 3, which read its
-runs): Figure 2 follows at the same scale."""
+held. The meta-gradient elements' reruns are their `cpu` presets now (`ssl_runs.CPU_FITS`)."""
 
 
 def _committed():

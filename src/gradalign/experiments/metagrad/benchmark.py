@@ -257,18 +257,17 @@ EXPERIMENTS = [
         "metagrad.fig2",
         figure2,
         SemiMetaConfig,
-        _presets({"columns": FIGURE2_PAPER_COLUMNS}, GRID_CPU),
+        _presets({"columns": FIGURE2_PAPER_COLUMNS}, GRID_CPU, cpu=CPU_FITS),
         1,
         "notebooks/metagrad/04_labels.ipynb",
         note=NOTE,
         choices={
-            **CHOICES,
+            **CHOICES_FITS,
             "grid": "Figure 2 states no grid: ours is 250, 1,000 and "
             "4,000 labels at cpu/gpu; SVHN 250-2,000 and CIFAR-10 1,000-8,000 at paper",
         },
         scale=ssl_scale,
-        shares="metagrad.ssl runs (1,000 labels: Table 4's rows 1 and 4 at the earlier cpu scale; not yet rerun at "
-        "Table 4's)",
+        shares="metagrad.ssl runs (1,000 labels: Table 4's rows 1 and 4)",
         unused=unused_settings,
     ),
     Experiment(
