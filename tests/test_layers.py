@@ -62,6 +62,8 @@ LAYERS = [
         "storage",
         "gpu_window",
         "gpu_import",
+        "window_pool",
+        "window_report",
     ),
     ("plotting", "page_helpers", "downloads", "source_archive", "notebook", "book", "book_static", "cli", "__main__"),
 ]

@@ -96,8 +96,14 @@ def _preset_to_run(exp, args, overrides: dict, store) -> str:
     return runner.best_stored_preset(exp.id, overrides, store) or "cpu"
 
 
-def _print_record(record: dict, store, loaded: bool) -> None:
+def _where(provenance: dict) -> str:
+    """The machine a record ran on; for one assembled from stored runs, the hardware of those runs too."""
     from gradalign.record_text import where_computed
+
+    return provenance["hardware"] + (f" ({where_computed(provenance)})" if provenance.get("runs") else "")
+
+
+def _print_record(record: dict, store, loaded: bool) -> None:
     from gradalign.report import compute_time, format_value, scale_of
     from gradalign.runner import stale_files
     from gradalign.verdict import reason
@@ -110,13 +116,13 @@ def _print_record(record: dict, store, loaded: bool) -> None:
     if loaded:
         print(
             f"  loaded from the store: computed {prov.get('date', '(date unknown)')} in {compute_time(record)} "
-            f"({where_computed(prov)}; --force recomputes)"
+            f"on {_where(prov)} (--force recomputes)"
         )
         changed = stale_files(record)
         if changed:
             print(f"  stale: {len(changed)} library file(s) it ran changed since ({', '.join(changed[:3])}, …)")
     else:
-        print(f"  computed now in {compute_time(record)} ({where_computed(prov)})")
+        print(f"  computed now in {compute_time(record)} on {_where(prov)}")
     sections = (("preconditions", "precondition "), ("checks", ""), ("targets", "target (not in the verdict) "))
     for key, title in sections:
         for name, check in record.get(key, {}).items():
