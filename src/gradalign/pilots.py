@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from gradalign.experiments.lga.ssl_benchmark import FIG7_CPU
 from gradalign.experiments.rules import run_finished
 
 
@@ -87,19 +88,7 @@ PILOTS = {
     "lga.fig7": Pilot(
         "lga.fig7",
         "do supervised, VAT, LGA and LGA + VAT finish learning in 6,000 steps at 1,000 labels?",
-        {
-            "width": 32,
-            "n_test": 0,
-            "protocol.steps": 6000,
-            "protocol.eval_every": 150,
-            "protocol.lr_decay_at": 0.6,
-            "methods": ["supervised", "vat", "lga", "lga_vat"],
-            "seeds": 1,
-            "labels": [1000],
-            "fast.bf16": True,
-            "fast.channels_last": True,
-            "families": ["cifar"],
-        },
+        {**FIG7_CPU, "seeds": 1, "labels": [1000], "families": ["cifar"]},
         "val_error",
         False,
         0.5,
@@ -122,10 +111,7 @@ PILOTS = {
 
 
 RERUNS: dict[str, dict] = {
-    "lga.fig7": {
-        **{k: v for k, v in PILOTS["lga.fig7"].overrides.items() if k not in ("labels", "families")},
-        "seeds": 3,
-    },
+    "lga.fig7": dict(FIG7_CPU),
     # the 30-epoch pilot: SGR finished learning (73.3 %), layer-wise (81.1 %) and reforward (82.1 %) still gained
     # more than 0.5 points over their last 6 epochs: the rerun's next candidate doubles the epochs (not yet piloted)
     "sgr.tab3": {

@@ -185,6 +185,21 @@ def table1(cfg: TableConfig, device) -> dict:
 
 
 CPU = {}
+FIG7_CPU = {
+    "width": 32,
+    "n_test": 0,
+    "protocol.steps": 6000,
+    "protocol.eval_every": 150,
+    "protocol.lr_decay_at": 0.6,
+    "methods": ["supervised", "vat", "lga", "lga_vat"],
+    "seeds": 3,
+    "fast.bf16": True,
+    "fast.channels_last": True,
+}
+"""Figure 7's rerun scale (our choice, from the pilot `pilots.PILOTS["lga.fig7"]`): the book's supervised reference
+protocol (a 3-block CNN at width 32, 6,000 steps, lr x 0.2 after 60 %, the full test set) with the fast path, and
+the four methods the issue lists first. At 1,000 labels every method of the pilot finished learning. It becomes
+Figure 7's `cpu` preset once all 54 of its runs are committed (`pilots.RERUNS`), so that no book build trains."""
 SMOKE = {
     "labels": (50, 100),
     "protocol.steps": 8,
