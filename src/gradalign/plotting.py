@@ -175,11 +175,12 @@ def scale_caption(record: dict) -> str:
     Pages print it in a code output, which does not wrap: so no Markdown, and at most `TEXT_WIDTH_CHARS`
     characters a line (the torch version, then the date, are left out of a line that would be longer; what is
     still too long wraps)."""
-    from gradalign.record_text import hardware_text, seeds_text, time_text
+    from gradalign.record_text import seeds_text, time_text, where_computed
 
     prov = record["provenance"]
     seeds, took = seeds_text(record), time_text(record)
-    parts = [f"preset {record['preset']}", seeds, f"{took} on {hardware_text(prov['hardware'])}"]
+    place = f": {where_computed(prov)}" if prov.get("runs") else f" on {where_computed(prov)}"
+    parts = [f"preset {record['preset']}", seeds, took + place]
     optional = [f"torch {prov['torch']}", prov["date"][:10]]
     while optional and len(" · ".join(parts + optional)) > TEXT_WIDTH_CHARS:
         optional.pop(0)
