@@ -62,7 +62,7 @@ def windows_markdown(root: Path) -> str:
         "bound, since its seconds include the run's start); these projections size the `gpu` presets.",
         "",
         "| began (UTC) | device, workers | CUDA tests at `smoke` | units finished: median wall time (range) "
-        "| units stopped part-way: median projected time | left |",
+        "| units stopped part-way: median projected time | experiments left |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for report in reports:
@@ -85,7 +85,7 @@ def windows_markdown(root: Path) -> str:
         left = len(report.get("left", []))
         lines.append(
             f"| {began} | {device}, {report.get('workers', 1)} | {tests} | {finished or 'none'} | "
-            f"{projected or '—'} | {left} experiment{'' if left == 1 else 's'} |"
+            f"{projected or '—'} | {left} |"
         )
     return "\n".join(lines + ["", *bad]) + "\n"
 
