@@ -34,6 +34,7 @@ from typing import Callable
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.pilots import RERUNS
+from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = tuple(
@@ -212,17 +213,10 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                         unit.run()
                         made = runs_read().get((unit.kind, unit.key), {})
                     seconds = round(time.monotonic() - start, 3)
+                    status = "committed before" if there else "finished"
+                    hardware = made.get("hardware", "")
                     window.units.append(
-                        {
-                            "element": element_id,
-                            "preset": preset,
-                            "label": unit.label,
-                            "kind": unit.kind,
-                            "key": unit.key,
-                            "seconds": seconds,
-                            "hardware": made.get("hardware", ""),
-                            "status": "committed before" if there else "finished",
-                        }
+                        unit_row(element_id, preset, unit, seconds=seconds, hardware=hardware, status=status)
                     )
                     writer.write()
             start = time.monotonic()
@@ -265,10 +259,7 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
             if read_entry(runs, unit) is None:
                 jobs.append((element_id, preset, unit))
             else:
-                window.units.append(
-                    {"element": element_id, "preset": preset, "label": unit.label, "kind": unit.kind}
-                    | {"key": unit.key, "status": "committed before"}
-                )
+                window.units.append(unit_row(element_id, preset, unit, status="committed before"))
     deadline = time.monotonic() + seconds_left()
     for done, row in enumerate(train_in_pool(jobs, runs, deadline, window.workers, threads_from_env(), meanwhile), 1):
         window.units.append(row)

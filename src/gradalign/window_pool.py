@@ -43,6 +43,11 @@ def train_in_pool(
         yield from rows
 
 
+def unit_row(element_id: str, preset: str, unit, **fields) -> dict:
+    """A unit's row in `window.json` (serial and parallel windows alike)."""
+    return {"element": element_id, "preset": preset, "label": unit.label, "kind": unit.kind, "key": unit.key, **fields}
+
+
 def _train_one(job) -> dict:
     """A worker's body: one unit trained and committed within the deadline; its row for `window.json`."""
     element_id, preset, unit, runs, deadline, threads = job
@@ -50,8 +55,7 @@ def _train_one(job) -> dict:
     from gradalign.runtime import pin_threads
     from gradalign.timebox import TimeBoxSpent, time_box
 
-    row = {"element": element_id, "preset": preset, "label": unit.label, "kind": unit.kind, "key": unit.key}
-    row["worker"] = os.getpid()
+    row = {**unit_row(element_id, preset, unit), "worker": os.getpid()}
     left = deadline - time.monotonic()
     if left <= 1:
         return {**row, "seconds": 0.0, "hardware": "", "status": "not begun: the time box closed"}
