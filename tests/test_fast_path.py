@@ -110,11 +110,12 @@ def test_a_unit_key_names_the_fast_path_only_when_it_is_on():
     assert {k: v for k, v in bf16.spec.items() if k != "fast"} == plain.spec
 
 
-def test_the_gpu_preset_sets_the_fast_path_in_its_config():
+def test_the_cpu_and_gpu_presets_set_the_fast_path_in_their_config():
     from gradalign.experiments import get
 
     assert get("lga.fig7").resolve("gpu").fast == ON_CUDA
-    assert get("lga.fig7").resolve("cpu").fast == REFERENCE
+    assert get("lga.fig7").resolve("cpu").fast == ON_CUDA  # the bench measured 2.6x for this network
+    assert get("lga.fig7").resolve("smoke").fast == REFERENCE
 
 
 # ---- the time box ------------------------------------------------------------------------------------

@@ -229,3 +229,67 @@ def test_a_unit_stopped_part_way_projects_its_full_time():
     assert stopped_at(message) == [1500, 6000] and stopped_at("the time box closed before x could begin") is None
     report = {"units": [{"element": "lga.fig7", "preset": "gpu", "seconds": 60.0, "progress": [1500, 6000]}]}
     assert projected_times(report) == {("lga.fig7", "gpu"): [240.0]}
+
+
+def test_a_run_the_box_stopped_resumes_in_the_next_window_from_its_carried_checkpoint(tmp_path, monkeypatch):
+    """Window 1 stops the first run after its first epoch (the box says another would overrun); its checkpoint
+    travels in the window's files, import places it in the checkout's window-carry/, and window 2, on a fresh machine
+    with that folder, resumes the run there: the result equals the run trained in one piece."""
+    from gradalign.training import loop
+    from gradalign.window_carry import CARRY_FILE, CARRY_FOLDER
+
+    backlog = (("sgr.fig2", "cpu", {**TINY, "seeds": 1, "protocol.epochs": 2}),)
+    home = _machine(monkeypatch, tmp_path, "cpu")
+    _machine(monkeypatch, tmp_path, "gpu1")
+    monkeypatch.setattr(loop, "_time_is_up", lambda *_: True)  # every run stops at its first checkpoint
+    first = gpu_window(5, tmp_path / "out1", backlog, device="cpu", bench=False, echo=lambda _: None)
+    assert first.stopped and len(first.checkpoints) == 1 and (tmp_path / "out1" / CARRY_FILE).is_file()
+    imported = import_window(tmp_path / "out1", home)
+    assert imported.checkpoints == first.checkpoints and not imported.refused
+    kind, key = first.checkpoints[0].split("/")
+    assert (home.parent / CARRY_FOLDER / "runs" / kind / f"{key}.pt").is_file()
+
+    monkeypatch.undo()  # the box behaves again; a fresh machine with the checkout's results and carried folder
+    import shutil
+
+    _machine(monkeypatch, tmp_path, "gpu2")
+    shutil.copytree(home, tmp_path / "gpu2" / "results")
+    shutil.copytree(home.parent / CARRY_FOLDER, tmp_path / "gpu2" / CARRY_FOLDER)
+    loaded, load = [], loop.load_checkpoint
+    monkeypatch.setattr(loop, "load_checkpoint", lambda *a, **k: loaded.append(load(*a, **k)) or loaded[-1])
+    second = gpu_window(5, tmp_path / "out2", backlog, device="cpu", bench=False, echo=lambda _: None)
+    assert second.carried == first.checkpoints and not second.stopped and not second.checkpoints
+    assert [state["loop"]["step"] for state in loaded if state is not None] == [256 // 64]  # after epoch 1
+    resumed = json.loads((tmp_path / "gpu2" / "results" / "runs" / kind / f"{key}.json").read_text())
+
+    _machine(monkeypatch, tmp_path, "one-piece")
+    gpu_window(5, tmp_path / "out3", backlog, device="cpu", bench=False, echo=lambda _: None)
+    whole = json.loads((tmp_path / "one-piece" / "results" / "runs" / kind / f"{key}.json").read_text())
+    assert resumed["value"]["history"] == whole["value"]["history"]
+    imported = import_window(tmp_path / "out2", home)  # the run is committed now: its carried checkpoint goes
+    assert not (home.parent / CARRY_FOLDER / "runs" / kind / f"{key}.pt").exists()
+
+
+def test_import_refuses_a_carried_checkpoint_that_was_edited_or_misnamed(tmp_path):
+    import io
+    import tarfile
+
+    from gradalign.training.checkpoint import save_checkpoint
+    from gradalign.window_carry import CARRY_FOLDER, place
+
+    good = save_checkpoint(tmp_path / "c.pt", "0" * 16, {"step": 1})
+    raw = good.read_bytes()
+    tar_file = tmp_path / "checkpoints.tar"
+    with tarfile.open(tar_file, "w") as tar:
+        for name, data in (
+            ("runs/sgr.local/" + "a" * 16 + ".pt", raw),
+            ("runs/sgr.local/" + "b" * 16 + ".pt", raw[:-3] + b"xyz"),  # edited payload
+            ("../outside.pt", raw),  # not a run checkpoint's name
+        ):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    placed, refused = place(tar_file, tmp_path / CARRY_FOLDER, tmp_path / "results" / "runs")
+    assert placed == ["sgr.local/" + "a" * 16]
+    assert len(refused) == 2 and "digest does not match" in refused[0] and "not a run checkpoint" in refused[1]
+    assert not (tmp_path / "outside.pt").exists()

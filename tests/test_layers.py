@@ -62,6 +62,7 @@ LAYERS = [
         "storage",
         "gpu_window",
         "gpu_import",
+        "window_carry",
         "window_pool",
         "window_report",
     ),

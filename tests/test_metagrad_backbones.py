@@ -126,3 +126,26 @@ def test_not_run_here_is_the_verdict_only_of_experiments_that_say_so():
     assert element_verdict("metagrad.tab2", None) == "not run here"
     assert element_verdict("metagrad.tab3", None) == "not run here"
     assert element_verdict("metagrad.tab1", None) == NO_RECORD
+
+
+def test_table2_cpu_is_table4s_design_with_the_shake_shake_network():
+    tab2, tab4 = (EXPERIMENTS[e].resolve("cpu") for e in ("metagrad.tab2", "metagrad.tab4"))
+    assert tab2.model == "shake_shake26" and tab2.columns == (("fashion_mnist", 1000),)
+    assert (tab2.protocol, tab2.width, tab2.seeds) == (tab4.protocol, tab4.width, 3) and tab2.dropout is None
+
+
+def test_the_cpu_projection_is_the_measured_seconds_times_the_step_ratio():
+    from gradalign.experiments.metagrad.backbones import projected_hours
+
+    # per seed: 150 s (mean of 100 and 200) + 300 s; x 3 seeds x ratio 2 on 2 cores = 1,350 s
+    assert projected_hours(2.0, {"labeled_only": [100.0, 200.0], "meta_mixup": [300.0]}, 3) == 1350 / 3600
+    for ratio, seconds in ((0.0, {"a": [1.0]}), (float("nan"), {"a": [1.0]}), (1.0, {"a": []}), (1.0, {})):
+        with pytest.raises(ConfigError, match="step ratio and measured seconds"):
+            projected_hours(ratio, seconds, 3)
+
+
+def test_the_projection_needs_both_stored_measurements(tmp_path, monkeypatch):
+    from gradalign.page_helpers import table2_projection
+
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))  # no bench record, no committed runs
+    assert table2_projection() is None

@@ -3,8 +3,10 @@
 Every run entry is checked as `run_unit.check_entry` checks a committed entry (key, spec, digest), every record
 as the results store reads one (in a scratch store: schema, key, digest, verdict), and each is placed where it
 belongs (`<results>/runs/<kind>/<key>.json`, `<results>/<part>/<id>/<preset>-<hash>.json`); what does not check
-is refused and reported, never placed. The quick benchmark records are shown, not stored (quick sizes are a
-code-path check). The command says what it added; commit it as produced, never edited by hand.
+is refused and reported, never placed. The checkpoints of runs the window's box stopped go to the checkout's
+git-ignored `window-carry/` (`window_carry`), for the next window to resume. The quick benchmark records are shown,
+not stored (quick sizes are a code-path check). The command says what it added; commit it as produced, never edited
+by hand.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError
+from gradalign.window_carry import CARRY_FILE, CARRY_FOLDER, place, prune
 
 WINDOW_FILE, RECORDS_FILE, BENCH_FILE, RUNS_PREFIX = "window.json", "records.json", "bench.json", "runs-"
 WINDOWS = "windows"  # the results store's folder of window reports (`window_report` shows them on the compute page)
@@ -30,6 +33,7 @@ class Imported:
     refused: list[str] = field(default_factory=list)  # what did not check, and why
     bench: list[str] = field(default_factory=list)
     window: dict = field(default_factory=dict)
+    checkpoints: list[str] = field(default_factory=list)  # kind/key placed in the carry folder (`window_carry`)
 
     def lines(self) -> list[str]:
         out = [
@@ -39,6 +43,9 @@ class Imported:
         out += [f"  run {name}" for name in self.added_runs]
         out += [f"  record {name}" for name in self.added_records]
         out += [f"  report of the {name}" for name in self.added_windows]
+        out += [
+            f"  checkpoint {name} (resumes in the next window that carries window-carry/)" for name in self.checkpoints
+        ]
         out += [f"  refused: {why}" for why in self.refused]
         out += [f"  bench --quick: {line}" for line in self.bench]
         if self.window.get("stopped"):
@@ -78,6 +85,12 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
             target = store.path(record["id"], record["preset"], record["config_hash"])
             _place(target, record, name, imported, imported.added_records)
     _place_window(imported, store.root / WINDOWS, min(filter(None, dates), default=""))
+    if (folder / CARRY_FILE).is_file():
+        placed, refused_checkpoints = place(folder / CARRY_FILE, store.root.parent / CARRY_FOLDER, store.root / "runs")
+        imported.checkpoints += placed
+        refused += refused_checkpoints
+    else:
+        prune(store.root.parent / CARRY_FOLDER, store.root / "runs")
     for name, record in (_read(folder / BENCH_FILE, refused) or {}).get("bench", {}).items():
         imported.bench.append(_bench_line(name, record))
     return imported

@@ -33,29 +33,33 @@ from typing import Callable
 
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.pilots import RERUNS
+from gradalign.pilots import OVER_CPU_BUDGET, RERUNS
 from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
 
-BACKLOG: tuple[tuple[str, str, dict], ...] = tuple(
-    (element_id, "cpu", overrides) for element_id, overrides in RERUNS.items()
-) + tuple(
-    (element_id, "gpu", {})
-    for element_id in (
-        "lga.fig7",
-        "metagrad.tab4",
-        "sgr.tab3",
-        "isoloss.tab1",
-        "lga.fig5",
-        "lga.tab1",
-        "metagrad.tab1",
-        "sgr.tab6",
-        "metagrad.tab2",
+BACKLOG: tuple[tuple[str, str, dict], ...] = (
+    tuple((element_id, "cpu", overrides) for element_id, overrides in RERUNS.items())
+    + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
+    + tuple(
+        (element_id, "gpu", {})
+        for element_id in (
+            "lga.fig7",
+            "lga.fig5",
+            "lga.fig6",
+            "lga.tab1",
+            "metagrad.tab1",
+            "metagrad.tab2",
+            "metagrad.tab4",
+            "sgr.tab3",
+            "isoloss.tab1",
+            "sgr.tab6",
+        )
     )
 )
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the reruns of the `cpu` scales
-that the pilots chose (`pilots.RERUNS`: hours on two CPU cores, small networks whose runs should each take well
-under the window's 3 minutes on one H100: an estimate, not yet timed on a GPU), then the `gpu` presets."""
+that the pilots chose (`pilots.RERUNS`), then the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then
+the `gpu` presets (LGA's Figure 7 first and its subsets after it; the meta-gradient Tables 1, 2, 4 in that order).
+Units already committed are read, not trained: a `gpu` preset that extends a `cpu` scale trains only what it adds."""
 CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_activation_memory.py")
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
@@ -75,6 +79,8 @@ class Window:
     records: list[str] = field(default_factory=list)  # element [preset] assembled
     stopped: str = ""  # why the window ended before its backlog did ("" : the backlog is done)
     left: list[str] = field(default_factory=list)  # experiments of the backlog still unfinished
+    carried: list[str] = field(default_factory=list)  # kind/key of checkpoints an earlier window left (resumed here)
+    checkpoints: list[str] = field(default_factory=list)  # kind/key of the stopped runs' checkpoints in CARRY_FILE
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -93,9 +99,10 @@ def gpu_window(
 ) -> Window:
     """Run one window of at most `minutes` and write what it finished to `out` (see the module's text)."""
     from gradalign.results import ResultStore
+    from gradalign.runcache import cache_root
     from gradalign.runtime import check_device, pin_threads, select_device
     from gradalign.timebox import check_minutes, seconds_left, time_box
-
+    from gradalign.window_carry import CARRY_FILE, CARRY_FOLDER, carry_stopped, seed
     from gradalign.window_pool import check_workers
 
     check_minutes(minutes)
@@ -107,6 +114,9 @@ def gpu_window(
     store = ResultStore()
     before = _snapshot(store.root)
     window = Window(minutes=minutes, device=str(dev), workers=workers, began=_now())
+    window.carried = seed(store.root.parent / CARRY_FOLDER, cache_root(), store.root / "runs")
+    if window.carried:
+        echo(f"gpu-window: {len(window.carried)} run(s) resume from checkpoints an earlier window left")
     writer = _Writer(out, store.root, before, window)
     start = time.monotonic()
 
@@ -126,6 +136,7 @@ def gpu_window(
             _backlog(window, backlog, dev, store, writer, echo)
         else:  # the checks run here while the workers train
             _backlog_in_pool(window, backlog, dev, store, writer, echo, checks)
+    window.checkpoints = carry_stopped(backlog, store.root, out / CARRY_FILE, MAX_FILE_BYTES)
     writer.write()
     echo(
         f"gpu-window: {sum(u['status'] == 'finished' for u in window.units)} unit(s) finished, "
@@ -320,7 +331,7 @@ class _Writer:
                 records.append(document)
         write_json_atomically(self.out / RECORDS_FILE, {"records": records})
         write_json_atomically(self.out / BENCH_FILE, {"bench": self.window.bench})
-        chunks = _chunks(runs, MAX_FILES - 3)
+        chunks = _chunks(runs, MAX_FILES - 4)  # window, records, bench and the carried checkpoints' files
         for n, chunk in enumerate(chunks, 1):
             write_json_atomically(self.out / f"{RUNS_PREFIX}{n}.json", {"runs": chunk})
         for stale in self.out.glob(f"{RUNS_PREFIX}*.json"):

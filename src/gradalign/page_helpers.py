@@ -166,3 +166,42 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
                 f"They train with: python -m gradalign.pilots {name}"
             )
         )
+
+
+def table2_projection() -> dict | None:
+    """What Table 2's `cpu` preset would take on this machine, from stored measurements only: the shake-shake /
+    Conv-Large step ratio of `bench fast_path` (fp32, cpu) and the wall times of Table 4's committed `cpu` runs of the
+    same variants and column that ran on a CPU. None when either is missing."""
+    from gradalign.bench import BenchStore
+    from gradalign.experiments import get
+    from gradalign.experiments.metagrad.backbones import projected_hours
+    from gradalign.experiments.units import units_of
+    from gradalign.run_unit import read_entry
+    from gradalign.sweep import _committed_folder
+
+    bench = BenchStore().load("fast_path", "cpu")
+    networks = (bench or {}).get("measurement", {}).get("by_network", {})
+    if not {"shake_shake26_x0.125", "conv_large_x0.125"} <= set(networks):
+        return None
+    step = {name: networks[name]["seconds_per_step"]["fp32"] for name in ("shake_shake26_x0.125", "conv_large_x0.125")}
+    ratio = step["shake_shake26_x0.125"] / step["conv_large_x0.125"]
+    cfg = get("metagrad.tab2").resolve("cpu")
+    seconds: dict[str, list[float]] = {"labeled_only": [], "meta_mixup": []}
+    hardware = set()
+    for unit in units_of("metagrad.tab4", get("metagrad.tab4").resolve("cpu")):
+        variant = unit.spec["method"]["variant"]
+        entry = read_entry(_committed_folder("cpu"), unit) if variant in seconds else None
+        if entry is not None and entry["provenance"].get("hardware", "").startswith("CPU"):
+            seconds[variant].append(entry["provenance"]["wall_time_s"])
+            hardware.add(entry["provenance"]["hardware"])
+    if not all(seconds.values()):
+        return None
+    return {
+        "step_ratio": ratio,
+        "steps_seconds": step,
+        "conv_large_seconds": seconds,
+        "conv_large_hardware": sorted(hardware),
+        "bench_hardware": bench["provenance"].get("hardware", ""),
+        "hours": projected_hours(ratio, seconds, cfg.seeds),
+        "runs": len(cfg.columns) * 2 * cfg.seeds,
+    }

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from gradalign.experiments.lga.ssl_benchmark import FIG7_CPU
+from gradalign.experiments.lga.ssl_benchmark import CPU as LGA_SSL_CPU
 from gradalign.experiments.rules import run_finished
 
 
@@ -88,7 +88,7 @@ PILOTS = {
     "lga.fig7": Pilot(
         "lga.fig7",
         "do supervised, VAT, LGA and LGA + VAT finish learning in 6,000 steps at 1,000 labels?",
-        {**FIG7_CPU, "seeds": 1, "labels": [1000], "families": ["cifar"]},
+        {**LGA_SSL_CPU, "seeds": 1, "labels": [1000], "families": ["cifar"]},
         "val_error",
         False,
         0.5,
@@ -111,7 +111,6 @@ PILOTS = {
 
 
 RERUNS: dict[str, dict] = {
-    "lga.fig7": dict(FIG7_CPU),
     # the 30-epoch pilot: SGR finished learning (73.3 %), layer-wise (81.1 %) and reforward (82.1 %) still gained
     # more than 0.5 points over their last 6 epochs: the rerun's next candidate doubles the epochs (not yet piloted)
     "sgr.tab3": {
@@ -123,6 +122,11 @@ RERUNS: dict[str, dict] = {
 overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`) or a GPU window
 (`gpu_window.BACKLOG`) trains next, and what becomes the `cpu` preset once its runs are committed and the pilot
 held. The meta-gradient elements' reruns are their `cpu` presets now (`ssl_runs.CPU_FITS`)."""
+
+
+OVER_CPU_BUDGET: tuple[str, ...] = ("metagrad.tab2",)
+"""Elements whose `cpu` preset is over the two-core budget (about 1.5 hours): a GPU window trains their `cpu` units
+(after `RERUNS`), so that the record is the `cpu` design's, computed on a GPU."""
 
 
 def _committed():

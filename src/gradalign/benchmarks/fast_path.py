@@ -40,12 +40,14 @@ def networks() -> dict[str, tuple]:
     from gradalign.models.conv_large import ConvLarge
     from gradalign.models.plain_mlp import PlainMLP
     from gradalign.models.resnet_cifar import resnet32
+    from gradalign.models.shake_shake import ShakeShake26
     from gradalign.models.small_cnn import SmallCNN
 
     return {
         "small_cnn_w16": (lambda: SmallCNN(10, 1, 16), 100, True, "lga.fig5-7, lga.tab1"),
         "small_cnn_w32": (lambda: SmallCNN(10, 1, 32), 50, True, "the supervised reference"),
         "conv_large_x0.125": (lambda: ConvLarge(10, 1, 0.125), 64, True, "metagrad.tab1, tab4, fig2, fig3"),
+        "shake_shake26_x0.125": (lambda: ShakeShake26(10, 1, 0.125), 64, True, "metagrad.tab2"),
         "resnet32_x0.25": (lambda: resnet32(10, 1, 0.25), 128, True, "sgr.tab3, tab6, tab7, fig2-4"),
         "plainnet32_x0.25": (lambda: resnet32(10, 1, 0.25, plain=True), 128, True, "sgr.tab3, tab6"),
         "vgg11_x0.25": (lambda: _vgg11(0.25), 256, True, "isoloss.tab1"),

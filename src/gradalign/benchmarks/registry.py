@@ -153,6 +153,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                     ("small_cnn_w16", "LGA benchmark"),
                     ("small_cnn_w32", "supervised reference"),
                     ("conv_large_x0.125", "meta-gradient benchmark"),
+                    ("shake_shake26_x0.125", "meta-gradient Table 2"),
                     ("resnet32_x0.25", "SGR local BP"),
                     ("plainnet32_x0.25", "SGR local BP"),
                     ("vgg11_x0.25", "IsoLoss Table 1"),

@@ -1,0 +1,150 @@
+"""Checkpoints carried from one GPU window to the next, so that a unit longer than one window still finishes.
+
+A window's time box stops a run at a checkpoint (`training.loop`), kept in that machine's run cache, which the next
+window (a fresh machine) does not have. So a window bundles the checkpoints of its stopped units into one file of
+its `--out` (`CARRY_FILE`, at most `gpu_window.MAX_FILE_BYTES`); `gradalign import` checks each (its name, and the
+header and SHA-256 of the one checkpoint format, `training.checkpoint`) and places it in the checkout's
+`window-carry/` folder (git-ignored: weights are never committed); the next window is started with that folder
+carried beside the checkout, copies each checkpoint into its run cache, and the run resumes where the last window
+stopped it. Loading checks the checkpoint again (digest, and the fingerprint of its run), so a damaged or foreign
+one starts its run over, never corrupts it. A carried checkpoint whose run has since been committed is deleted on
+import.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tarfile
+from pathlib import Path
+
+from gradalign.training.checkpoint import MAX_HEADER_BYTES, header_problem
+
+CARRY_FILE = "checkpoints.tar"
+CARRY_FOLDER = "window-carry"  # beside results/ in the checkout; the device call carries it (README, GPU windows)
+_MEMBER = re.compile(r"runs/([A-Za-z0-9_][A-Za-z0-9_.-]*)/([0-9a-f]{16})\.pt")
+
+
+def checkpoint_path(root: Path, kind: str, key: str) -> Path:
+    """Where a run's in-progress checkpoint lives under a run cache (or carry folder) `root` (`runcache`)."""
+    return root / "runs" / kind / f"{key}.pt"
+
+
+def bundle(stopped: list[tuple[str, str]], cache: Path, out_file: Path, limit: int) -> list[str]:
+    """Write the checkpoints of `stopped` ((kind, key) of runs not committed) found in the run cache `cache` into the
+    tar `out_file`, at most `limit` bytes of them, in order; return `kind/key` of each. No checkpoint: no file."""
+    chosen, total = [], 0
+    for kind, key in stopped:
+        path = checkpoint_path(cache, kind, key)
+        if path.is_file() and total + path.stat().st_size <= limit:
+            chosen.append((kind, key, path))
+            total += path.stat().st_size
+    if not chosen:
+        out_file.unlink(missing_ok=True)
+        return []
+    partial = out_file.with_name(out_file.name + ".partial")
+    with tarfile.open(partial, "w") as tar:
+        for kind, key, path in chosen:
+            tar.add(path, arcname=f"runs/{kind}/{key}.pt", recursive=False)
+    os.replace(partial, out_file)
+    return [f"{kind}/{key}" for kind, key, _ in chosen]
+
+
+def checkpoint_problem(raw: bytes) -> str | None:
+    """What is wrong with a checkpoint's bytes (header and payload digest of `training.checkpoint`'s format)."""
+    head, _, payload = raw.partition(b"\n")
+    try:
+        if len(head) > MAX_HEADER_BYTES:
+            raise ValueError
+        header = json.loads(head.decode())
+    except (UnicodeDecodeError, ValueError):
+        return "has no readable checkpoint header"
+    problem = header_problem(header)
+    if problem:
+        return problem
+    if len(payload) != header["bytes"] or hashlib.sha256(payload).hexdigest() != header["sha256"]:
+        return "is cut short or edited (its digest does not match)"
+    return None
+
+
+def place(tar_file: Path, carry: Path, committed: Path) -> tuple[list[str], list[str]]:
+    """Each checkpoint of a window's `tar_file` that checks, placed in the carry folder unless its run is committed
+    under `committed` (`<results>/runs`) by now; then carried checkpoints of committed runs are deleted.
+    Returns (`kind/key` placed, why each refused member was refused)."""
+    placed, refused = [], []
+    try:
+        with tarfile.open(tar_file) as tar:
+            for member in tar.getmembers():
+                found = _MEMBER.fullmatch(member.name)
+                if not member.isfile() or not found:
+                    refused.append(f"{CARRY_FILE}: {member.name!r} is not a run checkpoint's name")
+                    continue
+                raw = tar.extractfile(member).read()
+                problem = checkpoint_problem(raw)
+                if problem:
+                    refused.append(f"{CARRY_FILE}: checkpoint {member.name} {problem}")
+                    continue
+                kind, key = found[1], found[2]
+                if (committed / kind / f"{key}.json").exists():
+                    continue
+                target = checkpoint_path(carry, kind, key)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                partial = target.with_name(target.name + ".partial")
+                partial.write_bytes(raw)
+                os.replace(partial, target)
+                placed.append(f"{kind}/{key}")
+    except tarfile.TarError as err:
+        refused.append(f"{CARRY_FILE} is not a readable tar file ({err})")
+    prune(carry, committed)
+    return placed, refused
+
+
+def prune(carry: Path, committed: Path) -> list[str]:
+    """Delete carried checkpoints whose runs are committed; return `kind/key` of each."""
+    gone = []
+    for path in sorted(carry.glob("runs/*/*.pt")):
+        if (committed / path.parent.name / f"{path.stem}.json").exists():
+            path.unlink()
+            gone.append(f"{path.parent.name}/{path.stem}")
+    return gone
+
+
+def seed(carry: Path, cache: Path, committed: Path) -> list[str]:
+    """Copy each carried checkpoint into the run cache `cache`, where its run is neither committed nor already
+    checkpointed there; return `kind/key` of each (the window's `carried`)."""
+    seeded = []
+    for path in sorted(carry.glob("runs/*/*.pt")):
+        kind, key = path.parent.name, path.stem
+        target = checkpoint_path(cache, kind, key)
+        if not _MEMBER.fullmatch(f"runs/{kind}/{key}.pt") or target.exists():
+            continue
+        if (committed / kind / f"{key}.json").exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        shutil.copyfile(path, partial)
+        os.replace(partial, target)
+        seeded.append(f"{kind}/{key}")
+    return seeded
+
+
+def carry_stopped(backlog, results: Path, out_file: Path, limit: int) -> list[str]:
+    """The checkpoints of the backlog's ((element id, preset, overrides), ...) runs not committed under `results`,
+    bundled into `out_file` for the next window."""
+    from gradalign.errors import ConfigError
+    from gradalign.experiments import get
+    from gradalign.experiments.units import UNITS, units_of
+    from gradalign.run_unit import read_entry
+    from gradalign.runcache import cache_root
+
+    stopped = []
+    for element_id, preset, overrides in backlog:
+        try:
+            units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
+        except ConfigError:
+            continue
+        stopped += [(u.kind, u.key) for u in units if read_entry(results / "runs", u) is None]
+    return bundle(list(dict.fromkeys(stopped)), cache_root(), out_file, limit)
