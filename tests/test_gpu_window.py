@@ -293,3 +293,18 @@ def test_import_refuses_a_carried_checkpoint_that_was_edited_or_misnamed(tmp_pat
     assert placed == ["sgr.local/" + "a" * 16]
     assert len(refused) == 2 and "digest does not match" in refused[0] and "not a run checkpoint" in refused[1]
     assert not (tmp_path / "outside.pt").exists()
+
+
+def test_the_compute_page_lists_the_backlog_with_what_is_committed(tmp_path):
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+    from gradalign.run_unit import write_entry
+    from gradalign.window_report import backlog_markdown
+
+    element_id, preset, overrides = window_module.BACKLOG[0]
+    units = units_of(element_id, get(element_id).resolve(preset, overrides))
+    write_entry(tmp_path / "runs", units[0], {"history": {}}, {"hardware": "test", "wall_time_s": 1.0})
+    text = backlog_markdown(tmp_path)
+    first = next(line for line in text.splitlines() if line.startswith("| 1 |"))
+    assert f"`{element_id}`" in first and first.endswith(f"| 1 of {len(units)} |")
+    assert text.count("\n| ") == len(window_module.BACKLOG) + 2  # header, rule, one row per item

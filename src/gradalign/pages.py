@@ -159,9 +159,9 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
             f"{time_text(r, assembled=True)} | {cell(where_computed(prov))}; torch {prov['torch']}; "
             f"{prov['date'][:10]}, commit `{commit_of(r)}` | {stale_text(r)} |"
         )
-    from gradalign.window_report import windows_markdown
+    from gradalign.window_report import backlog_markdown, windows_markdown
 
-    lines += ["", windows_markdown(store.root)]
+    lines += ["", windows_markdown(store.root), backlog_markdown(store.root)]
     lines += ["## The environment of this build", ""]
     lines += [f"Python {platform.python_version()} on {platform.platform()}.", ""]
     requirements = project_root() / "requirements.txt"

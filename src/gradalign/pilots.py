@@ -118,6 +118,8 @@ RERUNS: dict[str, dict] = {
         "protocol.epochs": 60,
     },
 }
+# Table 6 at Table 3's rerun scale, with the paper's K = 3 added (issue 28): its SGR runs at K = 16 are Table 3's
+RERUNS["sgr.tab6"] = {**RERUNS["sgr.tab3"], "splits": [16, 3, 2]}
 """Each element's full rerun at its pilot's candidate scale (every network, label count and family, 3 seeds), as
 overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`) or a GPU window
 (`gpu_window.BACKLOG`) trains next, and what becomes the `cpu` preset once its runs are committed and the pilot

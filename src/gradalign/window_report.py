@@ -90,6 +90,39 @@ def windows_markdown(root: Path) -> str:
     return "\n".join(lines + ["", *bad]) + "\n"
 
 
+def backlog_markdown(root: Path) -> str:
+    """The GPU backlog (`gpu_window.BACKLOG`) in priority order, with how many of each item's units are committed
+    under `root/runs`: what the next window trains (a unit already committed is read, not trained)."""
+    from gradalign.experiments import get
+    from gradalign.experiments.units import UNITS, units_of
+    from gradalign.gpu_window import BACKLOG
+    from gradalign.pilots import OVER_CPU_BUDGET, RERUNS
+    from gradalign.run_unit import read_entry
+
+    lines = [
+        "## The GPU backlog",
+        "",
+        "What the next GPU window trains, most valuable first: the reruns the pilots chose (`pilots.RERUNS`), the "
+        "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), then the `gpu` presets. A `gpu` preset "
+        "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
+        "",
+        "| # | element | preset | what | units committed |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for n, (element_id, preset, overrides) in enumerate(BACKLOG, 1):
+        what = (
+            "rerun at the pilot's scale"
+            if preset == "cpu" and element_id in RERUNS
+            else "cpu design over the CPU budget"
+            if preset == "cpu" and element_id in OVER_CPU_BUDGET
+            else "gpu preset"
+        )
+        units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
+        done = sum(read_entry(root / "runs", unit) is not None for unit in units)
+        lines.append(f"| {n} | `{element_id}` | `{preset}` | {what} | {done} of {len(units)} |")
+    return "\n".join(lines) + "\n"
+
+
 def _hardware(report: dict) -> str:
     """The window's device, with the accelerator its units name (the first window's LGA units named the machine's
     CPU, a bug fixed since: their values did not carry their device)."""
