@@ -154,3 +154,41 @@ def test_paths_in_the_checkout_are_shown_relative_to_it(tmp_path):
         "images at data/imagenet; results in ."
     )
     assert relative_paths("/elsewhere/data", root) == "/elsewhere/data"
+
+
+def _notebook(path, source):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(
+        metadata={"kernelspec": {"name": "python3", "language": "python", "display_name": "Python 3"}}
+    )
+    nb.cells = [
+        nbformat.v4.new_code_cell('preset = "auto"', metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell(source),
+    ]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_notebooks_execute_side_by_side_and_a_failing_one_stops_the_build(tmp_path):
+    from gradalign.book import execute_all
+
+    good = _notebook(tmp_path / "good.ipynb", "x = 1 + 1")
+    bad = _notebook(tmp_path / "bad.ipynb", "raise ValueError('this page is broken')")
+    stale = [("good", good, tmp_path / "out" / "good.ipynb"), ("bad", bad, tmp_path / "out" / "bad.ipynb")]
+    done = []
+    with pytest.raises(Exception, match="this page is broken"):
+        for entry, _ in execute_all(stale, "smoke", jobs=2):
+            done.append(entry)
+    assert done == ["good"] and (tmp_path / "out" / "good.ipynb").exists()
+    assert not (tmp_path / "out" / "bad.ipynb").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1"])
+def test_a_bad_book_jobs_setting_is_refused(monkeypatch, value):
+    from gradalign.book import book_jobs
+    from gradalign.errors import ConfigError
+
+    monkeypatch.setenv("GRADALIGN_BOOK_JOBS", value)
+    with pytest.raises(ConfigError, match="GRADALIGN_BOOK_JOBS must be a whole number"):
+        book_jobs()

@@ -109,6 +109,47 @@ def execute(notebook: Path, target: Path, preset: str) -> None:
     tmp.replace(target)
 
 
+def book_jobs() -> int:
+    """Notebooks executed at once: `GRADALIGN_BOOK_JOBS`, else the machine's cores (at most 4). Each kernel runs
+    on `GRADALIGN_THREADS` threads (the test suite's build: 1), so one notebook at a time left a core idle."""
+    given = os.environ.get("GRADALIGN_BOOK_JOBS", "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise ConfigError(f"GRADALIGN_BOOK_JOBS must be a whole number >= 1; got {given!r}")
+        return int(given)
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def execute_all(stale: list[tuple[str, Path, Path]], preset: str, jobs: int):
+    """Execute each (entry, notebook, target) of `stale`, `jobs` at a time in spawned processes (one kernel each);
+    yield (entry, notebook) as each finishes. Runs they share wait on each other's run-cache lock (`runcache`), and
+    records are written atomically. A failing notebook stops the build with its error once the others end."""
+    if jobs <= 1 or len(stale) <= 1:
+        for entry, nb, target in stale:
+            print(f"executing {entry}.ipynb (preset {preset})", file=sys.stderr, flush=True)
+            execute(nb, target, preset)
+            yield entry, nb
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    failed = None
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {}
+        for entry, nb, target in stale:
+            print(f"executing {entry}.ipynb (preset {preset}, {jobs} at a time)", file=sys.stderr, flush=True)
+            futures[pool.submit(execute, nb, target, preset)] = (entry, nb)
+        for future in concurrent.futures.as_completed(futures):
+            error = future.exception()
+            if error is None:
+                yield futures[future]
+            elif failed is None:
+                failed = error
+    if failed is not None:
+        raise failed
+
+
 def relative_paths(text: str, root: Path | None = None) -> str:
     """Paths inside the checkout written relative to it: `/home/me/gradalign/data/x` -> `data/x`. The book is
     read on other machines, where the absolute path of the one that built it means nothing."""
@@ -171,22 +212,18 @@ def build_book(
     executed, skipped = [], []
     _write_if_changed(book_config((root / "_config.yml").read_text()), src / "_config.yml")
     _copy_if_changed(root / "_toc.yml", src / "_toc.yml")
-    pages = []
+    pages, notebooks, stale = [], [], []
     for entry in toc_files(root):
         if entry in GENERATED:
             continue
         nb = root / f"{entry}.ipynb"
         if nb.exists():
             target = src / f"{entry}.ipynb"
+            notebooks.append((entry, nb, target))
             if target.exists() and cache.get(entry) == input_key(nb, preset, store):
                 skipped.append(entry)
             else:
-                print(f"executing {entry}.ipynb (preset {preset})", file=sys.stderr, flush=True)
-                execute(nb, target, preset)
-                cache[entry] = input_key(nb, preset, store)  # after the run: it may have stored new records
-                cache_path.write_text(json.dumps(cache, indent=1))
-                executed.append(entry)
-            add_downloads(target, page_records(nb, preset, store), src)
+                stale.append((entry, nb, target))
         else:
             page = next(
                 (root / f"{entry}{ext}" for ext in (".md", ".ipynb") if (root / f"{entry}{ext}").exists()), None
@@ -194,6 +231,13 @@ def build_book(
             if page is None:
                 raise ConfigError(f"_toc.yml lists {entry!r} but neither {entry}.md nor {entry}.ipynb exists")
             pages.append(page)
+    for entry, nb in execute_all(stale, preset, book_jobs()):
+        cache[entry] = input_key(nb, preset, store)  # after the run: it may have stored new records
+        cache_path.write_text(json.dumps(cache, indent=1))
+        executed.append(entry)
+    executed.sort(key=[entry for entry, _, _ in notebooks].index)  # toc order, whatever order they ended in
+    for entry, nb, target in notebooks:
+        add_downloads(target, page_records(nb, preset, store), src)
     # after the notebooks, which may have stored records: generated text shows what the store holds now
     for page in pages:
         text = page.read_text()
