@@ -82,13 +82,13 @@ def _stored(element_id):
 def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_apart():
     from gradalign.report import scale_of, split_counts, summary_counts, verdict_text
 
-    record = _stored("lga.fig5")  # one seed, 1,000 steps: not a valid test of Figure 5's claims
+    record = _stored("sgr.lam")  # a one-seed pilot: not a valid test of a difference
     assert record["verdict"]["status"] == "inconclusive" and "enough_seeds" in record["verdict"]["unmet"]
-    scale = scale_of(record)
-    assert "Fashion-MNIST (paper: CIFAR-10)" in scale and "1,000 steps (paper: 500,000 steps)" in scale
-    assert "runs still improving at their last evaluation" in scale
-    assert scale_of(_stored("lga.fig1")) == ""  # exact scope: nothing to name
     assert verdict_text(record).startswith("**inconclusive** (precondition not met: enough seeds to decide")
+    scale = scale_of(_stored("lga.fig5"))  # Fashion-MNIST for CIFAR-10, 6,000 steps of a small CNN
+    assert "Fashion-MNIST (paper: CIFAR-10)" in scale and "6,000 steps (paper: 500,000 steps)" in scale
+    assert "3 seeds (paper: 5 seeds)" in scale and "runs still improving at their last evaluation" in scale
+    assert scale_of(_stored("lga.fig1")) == ""  # exact scope: nothing to name
     counts = summary_counts({"a": "not reproduced", "b": "inconclusive", "c": "reproduced"})
     assert counts == "**1** reproduced · **1** not reproduced · **1** inconclusive"
     split = split_counts({"lga.prop1": "reproduced", "lga.fig5": "inconclusive", "lga.fig7": "inconclusive"})
