@@ -608,3 +608,21 @@ def test_every_check_name_has_a_failing_case():
     assert every - failing == set()
     assert len(every) == 59 and sum(len(v) for v in EXPECTED.values()) == 70
     assert "lga_step_cost" not in every  # the LGA step's cost is the lga_step benchmark's, not a check
+
+
+def test_table1s_finished_learning_reads_the_curves_of_its_columns():
+    """Table 1 keeps each column's curves (by column, then method), so its finished-learning precondition is
+    evaluated from them rather than reported as not recorded; a curve still falling fails it."""
+    from gradalign.experiments.lga.validity import ssl
+
+    flat, falling = [30.0, 20.0, 15.0, 14.9, 14.9], [30.0, 25.0, 20.0, 15.0, 10.0]
+    summary = {"test_error": 10.0, "test_error_std": 1.0, "seeds": 3, "labeled_error": 1.0, "imputed_moved": 0.5}
+    columns = {"fashion_mnist/cifar/4000": {"supervised": summary, "lga": summary}}
+
+    def record(curve):
+        curves = {"fashion_mnist/cifar/4000": {"supervised": {"val_error": flat}, "lga": {"val_error": curve}}}
+        return {"metrics": {"columns": columns}, "curves": curves, "config": {}}
+
+    assert ssl(record(flat))["finished_learning"]["passed"] is True
+    failing = ssl(record(falling))["finished_learning"]
+    assert failing["passed"] is False and failing["value"]["still_improving"] == ["fashion_mnist/cifar/4000/lga"]

@@ -170,11 +170,12 @@ def table1_checks(columns: dict, methods) -> dict[str, dict]:
 
 def table1(cfg: TableConfig, device) -> dict:
     """Table 1: test error of every method at one label count per column."""
-    columns = {}
+    columns, curves = {}, {}
     for name, sub in column_configs(cfg):
         table = sweep(sub, device)
         (n,) = sub.labels
         columns[name] = {m: {k: v for k, v in table[m]["by_labels"][str(n)].items()} for m in cfg.methods}
+        curves[name] = {m: table[m]["curves"][str(n)] for m in cfg.methods}  # the finished-learning precondition
     checks = table1_checks(columns, cfg.methods)
     scope = (
         "exact"
@@ -182,7 +183,7 @@ def table1(cfg: TableConfig, device) -> dict:
         else "reduced"
     )
     seconds = sum(v["train_seconds"] for col in columns.values() for v in col.values())
-    return outcome(checks, {"columns": columns, "train_seconds": seconds}, {}, scope=scope)
+    return outcome(checks, {"columns": columns, "train_seconds": seconds}, curves, scope=scope)
 
 
 CPU = {
