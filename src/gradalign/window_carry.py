@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import shutil
 import tarfile
 from pathlib import Path
 
+from gradalign.atomic import write_atomically
 from gradalign.training.checkpoint import MAX_HEADER_BYTES, header_problem
 
 CARRY_FILE = "checkpoints.tar"
@@ -45,16 +44,20 @@ def bundle(stopped: list[tuple[str, str]], cache: Path, out_file: Path, limit: i
     if not chosen:
         out_file.unlink(missing_ok=True)
         return []
-    partial = out_file.with_name(out_file.name + ".partial")
-    with tarfile.open(partial, "w") as tar:
-        for kind, key, path in chosen:
-            tar.add(path, arcname=f"runs/{kind}/{key}.pt", recursive=False)
-    os.replace(partial, out_file)
+
+    def write(handle) -> None:
+        with tarfile.open(fileobj=handle, mode="w") as tar:
+            for kind, key, path in chosen:
+                tar.add(path, arcname=f"runs/{kind}/{key}.pt", recursive=False)
+
+    write_atomically(out_file, write, binary=True)
     return [f"{kind}/{key}" for kind, key, _ in chosen]
 
 
 def checkpoint_problem(raw: bytes) -> str | None:
-    """What is wrong with a checkpoint's bytes (header and payload digest of `training.checkpoint`'s format)."""
+    """What is wrong with a checkpoint's bytes (header and payload digest of `training.checkpoint`'s format).
+    `load_checkpoint` makes the same checks when the run resumes; they are not factored out of it because any edit of
+    `training/checkpoint.py` moves the code fingerprint of every training record."""
     head, _, payload = raw.partition(b"\n")
     try:
         if len(head) > MAX_HEADER_BYTES:
@@ -90,11 +93,9 @@ def place(tar_file: Path, carry: Path, committed: Path) -> tuple[list[str], list
                 kind, key = found[1], found[2]
                 if (committed / kind / f"{key}.json").exists():
                     continue
-                target = checkpoint_path(carry, kind, key)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                partial = target.with_name(target.name + ".partial")
-                partial.write_bytes(raw)
-                os.replace(partial, target)
+                write_atomically(
+                    checkpoint_path(carry, kind, key), lambda handle, raw=raw: handle.write(raw), binary=True
+                )
                 placed.append(f"{kind}/{key}")
     except tarfile.TarError as err:
         refused.append(f"{CARRY_FILE} is not a readable tar file ({err})")
@@ -123,10 +124,8 @@ def seed(carry: Path, cache: Path, committed: Path) -> list[str]:
             continue
         if (committed / kind / f"{key}.json").exists():
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(target.name + ".partial")
-        shutil.copyfile(path, partial)
-        os.replace(partial, target)
+        raw = path.read_bytes()
+        write_atomically(target, lambda handle, raw=raw: handle.write(raw), binary=True)
         seeded.append(f"{kind}/{key}")
     return seeded
 
