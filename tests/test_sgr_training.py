@@ -129,6 +129,18 @@ def test_tables_3_and_6_share_the_resnet_sgr_runs():
         assert run_key(tl.RUN_KIND, a.to_dict(), 1) == run_key(tl.RUN_KIND, b.to_dict(), 1)
 
 
+def test_the_gpu_preset_extends_the_cpu_rerun_with_two_seeds():
+    """A window's first three seeds at `gpu` are the runs of Table 3's and 6's `cpu` reruns (same keys)."""
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+    from gradalign.pilots import RERUNS
+
+    for element in ("sgr.tab3", "sgr.tab6"):
+        rerun = {u.key for u in units_of(element, get(element).resolve("cpu", RERUNS[element]))}
+        gpu = {u.key for u in units_of(element, get(element).resolve("gpu"))}
+        assert rerun < gpu and len(gpu) == len(rerun) * 5 // 3
+
+
 def test_local_run_is_read_back_from_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))
     calls = []

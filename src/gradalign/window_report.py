@@ -95,6 +95,7 @@ def backlog_markdown(root: Path) -> str:
     under `root/runs`: what the next window trains (a unit already committed is read, not trained)."""
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
+    from gradalign.gpu_sizing import TARGET_MINUTES, committed_times, speedups, unit_minutes
     from gradalign.gpu_window import BACKLOG
     from gradalign.pilots import OVER_CPU_BUDGET, RERUNS
     from gradalign.run_unit import read_entry
@@ -106,8 +107,9 @@ def backlog_markdown(root: Path) -> str:
         "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), then the `gpu` presets. A `gpu` preset "
         "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
         "",
-        "| # | element | preset | what | units committed |",
-        "| --- | --- | --- | --- | --- |",
+        *_sizing_paragraph(speedups(times := committed_times(root / "runs")), TARGET_MINUTES),
+        "| # | element | preset | what | units committed | minutes per unit left, in a window |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for n, (element_id, preset, overrides) in enumerate(BACKLOG, 1):
         what = (
@@ -118,9 +120,30 @@ def backlog_markdown(root: Path) -> str:
             else "gpu preset"
         )
         units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
-        done = sum(read_entry(root / "runs", unit) is not None for unit in units)
-        lines.append(f"| {n} | `{element_id}` | `{preset}` | {what} | {done} of {len(units)} |")
+        left = [unit for unit in units if read_entry(root / "runs", unit) is None]
+        done = len(units) - len(left)
+        minutes = unit_minutes(left, times)
+        size = f"{minutes[0]:.1f} ({minutes[1]}; {minutes[2]} of {len(left)} timed)" if minutes else "not timed"
+        size = size if left else "none left"
+        lines.append(f"| {n} | `{element_id}` | `{preset}` | {what} | {done} of {len(units)} | {size} |")
     return "\n".join(lines) + "\n"
+
+
+def _sizing_paragraph(rows: list[dict], target: float) -> list[str]:
+    """What sizes the backlog's units: the CPU / GPU ratios measured on runs trained in both places (`gpu_sizing`)."""
+    if not rows:
+        return ["No run has been trained both on this CPU and in a GPU window yet: units are not timed.", ""]
+    ratios = sorted(r["ratio"] for r in rows)
+    return [
+        f"A unit's minutes in a window are the median wall time of its settings' runs that a window trained "
+        f"(*measured*), or else of those trained on this CPU (one thread per run) divided by the median CPU / GPU "
+        f"ratio of the {len(rows)} settings trained in both places: **{statistics.median(ratios):.1f}×** (range "
+        f"{ratios[0]:.1f}–{ratios[-1]:.1f}×, {', '.join(sorted({r['kind'] for r in rows}))}; *projected*, an "
+        f"estimate, since those are other networks). GPU times are measured with the window's other workers "
+        f"sharing the GPU. A unit over {target:g} minutes is stopped by a window's box and resumed by the next "
+        f"from its carried checkpoint (`window_carry`).",
+        "",
+    ]
 
 
 def _hardware(report: dict) -> str:
