@@ -44,3 +44,29 @@ def test_unknown_pilot_is_refused_in_one_line(capsys):
     with pytest.raises(SystemExit):
         pilots.main(["nope"])
     assert "unknown pilot(s) nope" in capsys.readouterr().err
+
+
+def test_table7_pilot_is_the_first_seed_of_its_rerun_and_waits_for_a_gpu_window():
+    from gradalign.experiments import get
+    from gradalign.experiments.sgr.local_runs import CALIBRATED
+    from gradalign.experiments.units import units_of
+    from gradalign.gpu_window import BACKLOG
+
+    pilot = pilots.PILOTS["sgr.tab7"]
+    units = pilot.units(pilot)
+    assert len(units) == 6  # global BP and SGR at depths 12, 37 and 57
+    assert all(u.spec["protocol"]["epochs"] == 30 and u.spec["seed"] == 0 for u in units)
+    sgr = [u for u in units if u.spec["method"]["method"] == "sgr"]
+    assert len(sgr) == 3 and all(u.spec["method"]["lam"] == CALIBRATED["lam"] for u in sgr)
+    three_seeds = units_of("sgr.tab7", get("sgr.tab7").resolve("cpu", {**pilot.overrides, "seeds": 3}))
+    assert {u.key for u in units} < {u.key for u in three_seeds}
+    assert ("sgr.tab7", "cpu", pilot.overrides) in BACKLOG and "sgr.tab7" in pilots.ON_GPU
+
+
+def test_a_gpu_pilot_page_points_to_the_backlog_not_to_two_cores(tmp_path, monkeypatch, capsys):
+    from gradalign.page_helpers import pilot_view
+
+    monkeypatch.setattr(pilots, "_committed", lambda: tmp_path)  # nothing committed
+    pilot_view("sgr.tab7", "epoch", "test accuracy (%)")
+    out = capsys.readouterr().out
+    assert "Not committed yet (6 of 6)" in out and "GPU backlog" in out and "python -m gradalign.pilots" not in out

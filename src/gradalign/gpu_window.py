@@ -33,13 +33,14 @@ from typing import Callable
 
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.pilots import OVER_CPU_BUDGET, RERUNS
+from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS
 from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", overrides) for element_id, overrides in RERUNS.items())
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
+    + tuple((name, "cpu", PILOTS[name].overrides) for name in ON_GPU)
     + tuple(
         (element_id, "gpu", {})
         for element_id in (
@@ -58,7 +59,8 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
 )
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the reruns of the `cpu` scales
 that the pilots chose (`pilots.RERUNS`), then the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then
-the `gpu` presets (LGA's Figure 7 first and its subsets after it; the meta-gradient Tables 1, 2, 4 in that order).
+the pilots over it (`ON_GPU`), then the `gpu` presets (LGA's Figure 7 first and its subsets after it; the
+meta-gradient Tables 1, 2, 4 in that order).
 Units already committed are read, not trained: a `gpu` preset that extends a `cpu` scale trains only what it adds."""
 CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_activation_memory.py")
 MAX_FILES = 8

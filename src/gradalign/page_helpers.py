@@ -121,7 +121,7 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
     from IPython.display import Markdown, display
 
     from gradalign.experiments.rules import LAST_SHARE
-    from gradalign.pilots import PILOTS, stored
+    from gradalign.pilots import ON_GPU, PILOTS, stored
     from gradalign.plotting import fit, legend_below, panels, ramp
 
     pilot, rows = PILOTS[name], stored(name)
@@ -163,7 +163,11 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
         print(
             fit(
                 f"Not committed yet ({len(missing)} of {len(rows)}): {'; '.join(missing)}. "
-                f"They train with: python -m gradalign.pilots {name}"
+                + (
+                    "Over the two-core budget, they are in the GPU backlog (the compute page)."
+                    if name in ON_GPU
+                    else f"They train with: python -m gradalign.pilots {name}"
+                )
             )
         )
 

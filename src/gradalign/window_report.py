@@ -97,14 +97,15 @@ def backlog_markdown(root: Path) -> str:
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.gpu_sizing import TARGET_MINUTES, committed_times, speedups, unit_minutes
     from gradalign.gpu_window import BACKLOG
-    from gradalign.pilots import OVER_CPU_BUDGET, RERUNS
+    from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, RERUNS
     from gradalign.run_unit import read_entry
 
     lines = [
         "## The GPU backlog",
         "",
         "What the next GPU window trains, most valuable first: the reruns the pilots chose (`pilots.RERUNS`), the "
-        "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), then the `gpu` presets. A `gpu` preset "
+        "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), the pilots over it (`pilots.ON_GPU`), "
+        "then the `gpu` presets. A `gpu` preset "
         "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
         "",
         *_sizing_paragraph(speedups(times := committed_times(root / "runs")), TARGET_MINUTES),
@@ -117,6 +118,8 @@ def backlog_markdown(root: Path) -> str:
             if preset == "cpu" and element_id in RERUNS
             else "cpu design over the CPU budget"
             if preset == "cpu" and element_id in OVER_CPU_BUDGET
+            else "pilot over the CPU budget"
+            if preset == "cpu" and element_id in ON_GPU
             else "gpu preset"
         )
         units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
