@@ -183,6 +183,8 @@ def table2_projection() -> dict | None:
     from gradalign.run_unit import read_entry
     from gradalign.sweep import _committed_folder
 
+    from gradalign.gpu_sizing import run_seconds
+
     bench = BenchStore().load("fast_path", "cpu")
     networks = (bench or {}).get("measurement", {}).get("by_network", {})
     if not {"shake_shake26_x0.125", "conv_large_x0.125"} <= set(networks):
@@ -196,7 +198,7 @@ def table2_projection() -> dict | None:
         variant = unit.spec["method"]["variant"]
         entry = read_entry(_committed_folder("cpu"), unit) if variant in seconds else None
         if entry is not None and entry["provenance"].get("hardware", "").startswith("CPU"):
-            seconds[variant].append(entry["provenance"]["wall_time_s"])
+            seconds[variant].append(run_seconds(entry))  # a resumed run: its whole training, not its last sitting
             hardware.add(entry["provenance"]["hardware"])
     if not all(seconds.values()):
         return None

@@ -160,6 +160,7 @@ def stored(name: str) -> list[dict]:
     """Each run of pilot `name` as {label, arm, key, done, curve (the metric per evaluation), x (its epochs or
     steps), finished, spec, labeled_error, hardware, wall_time_s}, from the committed entries only (`done` False where a
     run is not committed yet)."""
+    from gradalign.gpu_sizing import run_seconds
     from gradalign.run_unit import read_entry
 
     pilot = PILOTS[name]
@@ -176,7 +177,7 @@ def stored(name: str) -> list[dict]:
                 finished=run_finished(curve, pilot.higher_is_better, pilot.tolerance),
                 spec=entry["spec"],
                 hardware=entry["provenance"].get("hardware"),
-                wall_time_s=entry["provenance"].get("wall_time_s"),
+                wall_time_s=run_seconds(entry),  # a resumed run: its whole training, not its last sitting
                 labeled_error=entry["value"].get("labeled_error"),  # SSL runs: does it fit its labels?
             )
         out.append(row)
