@@ -7,6 +7,7 @@ Tiny synthetic data (tests/test_ssl_training.py's) and a width-4 SmallCNN, one t
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -214,16 +215,23 @@ def test_isoloss_table1_stops_in_the_box_and_resumes_to_the_uninterrupted_record
 
 
 @cuda
-def test_a_run_checkpointed_on_cuda_resumes_there(tmp_path, monkeypatch):
-    """The first GPU window failed every resume: its checkpoints load to the GPU, where torch refuses random states.
-    A boxed run on CUDA stops checkpointed, and the same call resumes and finishes with the whole history."""
+@pytest.mark.parametrize("method", ["pseudo_label", "mean_teacher"])
+def test_a_run_checkpointed_on_cuda_resumes_there(tmp_path, monkeypatch, method):
+    """The first GPU windows failed every resume: checkpoints load to the GPU, where torch takes random states (the
+    loop's, the run's augmentation generator's and the batch streams') only as CPU byte tensors. A boxed run on CUDA
+    stops checkpointed, and the same call resumes from the checkpoint (a checkpoint it could not use warns and starts
+    over: an error here) and finishes with the whole history."""
+    from gradalign.training.checkpoint import CheckpointWarning
+
     data = make_data()
     data = type(data)(**{k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in vars(data).items()})
-    settings, prot, checkpoint = oliver_settings("pseudo_label"), protocol(12, eval_every=3), tmp_path / "run.pt"
-    whole = train_ssl(make_model().cuda(), "pseudo_label", settings, prot, data, 0)
+    settings, prot, checkpoint = oliver_settings(method), protocol(12, eval_every=3), tmp_path / "run.pt"
+    whole = train_ssl(make_model().cuda(), method, settings, prot, data, 0)
     with timebox.time_box(1.0), monkeypatch.context() as patch:
         patch.setattr("gradalign.training.ssl.seconds_left", lambda: 1e-9)
         with pytest.raises(timebox.TimeBoxSpent, match="stopped after step 3 of 12, checkpointed"):
-            train_ssl(make_model().cuda(), "pseudo_label", settings, prot, data, 0, checkpoint=checkpoint)
-    resumed = train_ssl(make_model().cuda(), "pseudo_label", settings, prot, data, 0, checkpoint=checkpoint)
+            train_ssl(make_model().cuda(), method, settings, prot, data, 0, checkpoint=checkpoint)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CheckpointWarning)
+        resumed = train_ssl(make_model().cuda(), method, settings, prot, data, 0, checkpoint=checkpoint)
     assert len(resumed["history"]["step"]) == len(whole["history"]["step"]) and not checkpoint.exists()

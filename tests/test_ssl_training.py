@@ -311,6 +311,29 @@ def test_mean_teacher_is_ema_of_student():
     assert any(not torch.allclose(t, s, atol=1e-6) for t, s in zip(teacher, student))  # it lags
 
 
+def test_ema_teacher_equals_torchs_averaged_model_bit_for_bit():
+    """`EMATeacher` (no host-to-device copy of its counter, for CUDA) against torch's `AveragedModel` with the EMA
+    function: parameters, batch-norm buffers and the state dict's keys, over updates of a changing student."""
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    from gradalign.methods.mean_teacher import EMATeacher
+
+    torch.manual_seed(0)
+    student = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten())
+    ours, theirs = EMATeacher(student, 0.95), AveragedModel(student, multi_avg_fn=get_ema_multi_avg_fn(0.95))
+    for _ in range(5):
+        with torch.no_grad():
+            for p in student.parameters():
+                p.add_(torch.randn_like(p))
+        student(torch.randn(8, 1, 6, 6))  # training mode: the batch-norm statistics move
+        ours.update_parameters(student)
+        theirs.update_parameters(student)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    for key, value in theirs.state_dict().items():
+        assert torch.equal(ours.state_dict()[key], value), key
+    assert ours.n_averaged.device.type == "cpu" and int(ours.n_averaged) == 5
+
+
 # ---- 7. LGA + VAT with a zero VAT weight is LGA ----------------------------------------------------------
 
 

@@ -308,7 +308,9 @@ class LocalRun:
         self.local_heads.load_state_dict(state["local_heads"])
         for opt, saved in zip(self.optimizers, state["optimizers"]):
             opt.load_state_dict(saved)
-        self.generator.set_state(state["generator"])
+        self.generator.set_state(
+            state["generator"].cpu()
+        )  # a checkpoint loads to the run's device; torch takes generator states as CPU byte tensors only
         self.order = state["order"]
         self.epoch_seconds = list(state["epoch_seconds"])
 

@@ -296,7 +296,9 @@ class SemiMetaRun:
         self.optimizer.load_state_dict(state["optimizer"])
         self.labeled.load_state_dict(state["labeled"])
         self.unlabeled.load_state_dict(state["unlabeled"])
-        self.generator.set_state(state["generator"])
+        self.generator.set_state(
+            state["generator"].cpu()
+        )  # a checkpoint loads to the run's device; torch takes generator states as CPU byte tensors only
 
 
 def tsne_embedding(run: SemiMetaRun, points: int) -> dict:

@@ -178,7 +178,9 @@ class SiameseRun:
             getattr(self, name).load_state_dict(state[name])
         if self.target is not None:
             self.target.load_state_dict(state["target"])
-        self.generator.set_state(state["generator"])
+        self.generator.set_state(
+            state["generator"].cpu()
+        )  # a checkpoint loads to the run's device; torch takes generator states as CPU byte tensors only
         self.epoch_seconds = list(state["epoch_seconds"])
 
 

@@ -155,7 +155,9 @@ class SSLRun:
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.generator.set_state(state["generator"])
+        self.generator.set_state(
+            state["generator"].cpu()
+        )  # a checkpoint loads to the run's device; torch takes generator states as CPU byte tensors only
         self.labeled.load_state_dict(state["labeled"])
         self.unlabeled.load_state_dict(state["unlabeled"])
         if self.extra is not None:

@@ -29,5 +29,6 @@ class IndexStream:
         return {"generator": self.generator.get_state(), "order": self.order, "position": self.position}
 
     def load_state_dict(self, state: dict) -> None:
-        self.generator.set_state(state["generator"])
-        self.order, self.position = state["order"], state["position"]
+        # a checkpoint loads to the run's device; the stream's generator and order live on the CPU
+        self.generator.set_state(state["generator"].cpu())
+        self.order, self.position = state["order"].cpu(), state["position"]
