@@ -70,3 +70,4 @@ def test_a_gpu_pilot_page_points_to_the_backlog_not_to_two_cores(tmp_path, monke
     pilot_view("sgr.tab7", "epoch", "test accuracy (%)")
     out = capsys.readouterr().out
     assert "Not committed yet (6 of 6)" in out and "GPU backlog" in out and "python -m gradalign.pilots" not in out
+    assert "Global BP, VGG-12" in out and "SGR, VGG-57" in out  # each arm names its depth

@@ -56,6 +56,11 @@ def _local_arm(spec: dict) -> str:
     return TITLES[spec["method"]["method"]]
 
 
+def _depth_arm(spec: dict) -> str:
+    """Table 7's arms: the method and the VGG's depth (`vgg37` -> 'SGR, VGG-37')."""
+    return f"{_local_arm(spec)}, VGG-{spec['network'].removeprefix('vgg')}"
+
+
 def _ssl_arm(spec: dict) -> str:
     from gradalign.training.ssl import TITLES
 
@@ -107,7 +112,7 @@ PILOTS = {
         True,
         0.5,
         _element_units,
-        _local_arm,
+        _depth_arm,
     ),
     "metagrad.tab4": Pilot(
         "metagrad.tab4",
