@@ -1,5 +1,6 @@
-"""The CPU fast path (bf16 autocast + channels-last) at smoke: runs of the same seeds agree with fp32 within seed
-noise (`agree_within_noise`, below), and the check catches runs that do not agree.
+"""The fast path (bf16 autocast + channels-last) at smoke, on the CPU (and on CUDA in a GPU window): runs of the
+same seeds agree with fp32 within seed noise (`agree_within_noise`, below), and the check catches runs that do not
+agree.
 
 The runs: the LGA benchmark's small CNN (width 8) trained with Adam on 2,000 Fashion-MNIST images for 150 steps of
 64, test error on 1,000 test images (BatchNorm on the batch's statistics); each seed the same in both paths but
@@ -40,17 +41,17 @@ def data():
     return x[:2000].float() / 255, y[:2000], xt[:1000].float() / 255, yt[:1000]
 
 
-def _errors(data, fast: FastPath, lr: float = 3e-3) -> list[float]:
-    x, y, xt, yt = data
+def _errors(data, fast: FastPath, lr: float = 3e-3, device: str = "cpu") -> list[float]:
+    x, y, xt, yt = (t.to(device) for t in data)
     out = []
     for seed in SEEDS:
         torch.manual_seed(seed)
-        model = prepare_model(SmallCNN(10, 1, 8), fast)
+        model = prepare_model(SmallCNN(10, 1, 8).to(device), fast)
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
         generator = torch.Generator().manual_seed(seed)
         for _ in range(150):
-            i = torch.randint(0, len(x), (64,), generator=generator)
-            with autocast(fast, "cpu"):
+            i = torch.randint(0, len(x), (64,), generator=generator).to(device)
+            with autocast(fast, device):
                 loss = F.cross_entropy(model(x[i]), y[i])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -68,6 +69,15 @@ def fp32(data):
 def test_bf16_runs_agree_with_fp32_within_seed_noise(data, fp32):
     fast = _errors(data, FAST)
     assert fast != fp32  # the fast path did change the computation
+    assert max(fp32) < 40  # the runs learned (chance: 90 %)
+    result = agree_within_noise(fp32, fast, "test error (%)")
+    assert result["passed"], result
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_bf16_on_cuda_agrees_with_fp32_on_cuda_within_seed_noise(data):
+    """The GPU windows' fast path: bf16 autocast + channels-last on CUDA against fp32 on CUDA, same seeds."""
+    fp32, fast = (_errors(data, path, device="cuda") for path in (FastPath(), FAST))
     assert max(fp32) < 40  # the runs learned (chance: 90 %)
     result = agree_within_noise(fp32, fast, "test error (%)")
     assert result["passed"], result

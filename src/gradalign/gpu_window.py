@@ -62,7 +62,7 @@ that the pilots chose (`pilots.RERUNS`), then the `cpu` presets over the two-cor
 the pilots over it (`ON_GPU`), then the `gpu` presets (LGA's Figure 7 first and its subsets after it; the
 meta-gradient Tables 1, 2, 4 in that order).
 Units already committed are read, not trained: a `gpu` preset that extends a `cpu` scale trains only what it adds."""
-CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_activation_memory.py")
+CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_fast_path_agreement.py", "tests/test_activation_memory.py")
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
 
