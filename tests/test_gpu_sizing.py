@@ -9,7 +9,7 @@ import pytest
 
 from gradalign.experiments import get
 from gradalign.experiments.units import units_of
-from gradalign.gpu_sizing import committed_times, median_ratio, run_seconds, speedups, unit_minutes
+from gradalign.gpu_sizing import committed_times, hardware_class, median_ratio, run_seconds, speedups, unit_minutes
 from gradalign.pilots import RERUNS
 from gradalign.run_unit import entry_path, write_entry
 
@@ -36,9 +36,9 @@ def test_measured_where_a_window_trained_the_settings_and_projected_elsewhere(tm
     _write(tmp_path, sgr[0], "unknown (read from the local run cache)", 50.0)  # no hardware: not timed
     times = committed_times(tmp_path)
     assert [round(r["ratio"], 6) for r in speedups(times)] == [4.0] and median_ratio(times) == 4.0
-    assert unit_minutes([layer[2]], times) == (2.5, "measured", 1)
-    assert unit_minutes([reforward[1]], times) == (5.0, "projected", 1)
-    assert unit_minutes([layer[2], reforward[1], sgr[1]], times) == (3.75, "measured and projected", 2)
+    assert unit_minutes([layer[2]], times) == (2.5, 2.5, 2.5, "measured", 1)
+    assert unit_minutes([reforward[1]], times) == (5.0, 5.0, 5.0, "projected", 1)
+    assert unit_minutes([layer[2], reforward[1], sgr[1]], times) == (3.75, 2.5, 5.0, "measured and projected", 2)
     assert unit_minutes([sgr[1]], times) is None
 
 
@@ -66,3 +66,23 @@ def test_a_resumed_run_counts_its_whole_training_not_its_last_sitting():
     assert run_seconds(entry) == 1134.0
     assert run_seconds({"provenance": {"wall_time_s": 90.0}, "value": {"epoch_seconds": [50.0, 60.0]}}) == 110.0
     assert run_seconds({"provenance": {"wall_time_s": 90.0}, "value": [1, 2]}) == 90.0
+
+
+def test_only_one_thread_of_a_two_core_cpu_counts_as_this_cpu():
+    assert hardware_class(CPU) == "cpu" and hardware_class(GPU) == "gpu"
+    for other in ("CPU: AMD EPYC, 11 threads of 2 cores", "CPU: Intel Xeon, 1 thread of 16 cores", "CPU: x, 2 threads"):
+        assert hardware_class(other) is None, other
+    assert hardware_class("unknown (read from the local run cache)") is None and hardware_class("") is None
+
+
+def test_the_backlog_page_sizes_units_from_committed_times(tmp_path, units):
+    from gradalign.window_report import backlog_markdown
+
+    _write(tmp_path / "runs", units["Layer"][0], CPU, 600.0)
+    _write(tmp_path / "runs", units["Layer"][1], GPU, 150.0)
+    text = backlog_markdown(tmp_path)
+    assert "**4.0×** (range 4.0–4.0×, sgr.local" in text
+    row = next(line for line in text.splitlines() if line.startswith("| 1 |"))  # Table 3's rerun: seed 2 is left
+    assert "`sgr.tab3`" in row and "| 2 of 18 | 2.5 (2.5–2.5; measured; 1 of 16 timed) |" in row
+    empty = backlog_markdown(tmp_path / "nothing")
+    assert "not timed" in empty and "No run has been trained both" in empty

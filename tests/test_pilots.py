@@ -54,13 +54,28 @@ def test_table7_pilot_is_the_first_seed_of_its_rerun_and_waits_for_a_gpu_window(
 
     pilot = pilots.PILOTS["sgr.tab7"]
     units = pilot.units(pilot)
-    assert len(units) == 6  # global BP and SGR at depths 12, 37 and 57
+    assert len(units) == 9  # global BP, SGR and layer-wise (the term's reference) at depths 12, 37 and 57
     assert all(u.spec["protocol"]["epochs"] == 30 and u.spec["seed"] == 0 for u in units)
     sgr = [u for u in units if u.spec["method"]["method"] == "sgr"]
     assert len(sgr) == 3 and all(u.spec["method"]["lam"] == CALIBRATED["lam"] for u in sgr)
     three_seeds = units_of("sgr.tab7", get("sgr.tab7").resolve("cpu", {**pilot.overrides, "seeds": 3}))
     assert {u.key for u in units} < {u.key for u in three_seeds}
     assert ("sgr.tab7", "cpu", pilot.overrides) in BACKLOG and "sgr.tab7" in pilots.ON_GPU
+    assert pilots.is_pilot("sgr.tab7", "cpu", pilot.overrides)  # a window commits its runs, assembles no record
+    assert not pilots.is_pilot("sgr.tab7", "gpu", pilot.overrides)
+    assert not pilots.is_pilot("sgr.tab3", "cpu", pilots.RERUNS["sgr.tab3"])  # a rerun's record is the point
+
+
+def test_pilots_over_the_budget_train_here_only_when_asked(monkeypatch, capsys):
+    asked = []
+    monkeypatch.setattr(pilots, "compute", lambda names, jobs: asked.append(names))
+    pilots.main([])
+    assert asked[-1] == [n for n in pilots.PILOTS if n not in pilots.ON_GPU] and "sgr.tab7" not in asked[-1]
+    with pytest.raises(SystemExit):
+        pilots.main(["sgr.tab7"])
+    assert "over the two-core budget" in capsys.readouterr().err
+    pilots.main(["sgr.tab7", "--anyway"])
+    assert asked[-1] == ["sgr.tab7"]
 
 
 def test_a_gpu_pilot_page_points_to_the_backlog_not_to_two_cores(tmp_path, monkeypatch, capsys):
@@ -69,5 +84,5 @@ def test_a_gpu_pilot_page_points_to_the_backlog_not_to_two_cores(tmp_path, monke
     monkeypatch.setattr(pilots, "_committed", lambda: tmp_path)  # nothing committed
     pilot_view("sgr.tab7", "epoch", "test accuracy (%)")
     out = capsys.readouterr().out
-    assert "Not committed yet (6 of 6)" in out and "GPU backlog" in out and "python -m gradalign.pilots" not in out
+    assert "Not committed yet (9 of 9)" in out and "GPU backlog" in out and "python -m gradalign.pilots" not in out
     assert "Global BP, VGG-12" in out and "SGR, VGG-57" in out  # each arm names its depth

@@ -118,3 +118,17 @@ def test_pilot_checks_fail_when_the_papers_lambda_does_not_act():
     idle = pilot_checks([row | {"active": True, "term_ratio": 0.3}, row | {"K": 2, "active": False, "term_ratio": 1.0}])
     assert not idle["paper_lambda_acts"]["passed"]
     assert not pilot_checks([row | {"lam": 1e3, "active": True, "term_ratio": 0.2}])["paper_lambda_acts"]["passed"]
+
+
+def test_table7_mechanism_is_measured_against_layerwise_vgg_at_each_depth():
+    from gradalign.experiments.sgr.validity import tab7
+
+    curve = lambda term: {"test_acc": [[1.0, 2.0]] * 3, "sgr": [[0.1, term]] * 3}  # noqa: E731
+    curves = {f"fashion_mnist/{m}/d={d}": curve(t) for d in (12, 57) for m, t in (("sgr", 0.2), ("layerwise", 1.0))}
+    curves |= {f"fashion_mnist/global_bp/d={d}": {"test_acc": [[1.0, 2.0]] * 3} for d in (12, 57)}
+    active = tab7({"curves": curves})["mechanism_active"]
+    assert active["passed"] and set(active["value"]) == {"fashion_mnist/d=12", "fashion_mnist/d=57"}
+    curves["fashion_mnist/sgr/d=57"] = curve(0.6)  # above half of layer-wise's at one depth: not met
+    assert not tab7({"curves": curves})["mechanism_active"]["passed"]
+    old = {k: v for k, v in curves.items() if "/layerwise/" not in k}  # a record without the layer-wise arm
+    assert tab7({"curves": old})["mechanism_active"]["value"] == "not recorded"

@@ -20,6 +20,7 @@ most 3 minutes: a longer one is stopped by the window's box and its checkpoint c
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
@@ -44,12 +45,16 @@ def group_key(kind: str, spec: dict) -> str:
     return kind + ":" + json.dumps(_without_seeds(spec), sort_keys=True)
 
 
+THIS_CPU = re.compile(r"^CPU: .*, 1 thread of 2 cores$")  # `environment.hardware` of a run on this machine's kind
+
+
 def hardware_class(hardware: str) -> str | None:
-    """'cpu' for one thread of this kind of CPU, 'gpu' for an accelerator, None for unknown or several threads."""
+    """'cpu' for one thread of a two-core CPU (this machine's kind, two runs at a time), 'gpu' for an accelerator,
+    None for unknown hardware and any other CPU setting (more threads, or a GPU machine's CPU)."""
     if not hardware or hardware.startswith("unknown"):
         return None
     if hardware.startswith("CPU"):
-        return "cpu" if "1 thread" in hardware else None
+        return "cpu" if THIS_CPU.match(hardware) else None
     return "gpu"
 
 
@@ -119,9 +124,9 @@ def median_ratio(times: list[Timed]) -> float | None:
     return statistics.median(r["ratio"] for r in rows) if rows else None
 
 
-def unit_minutes(units: list, times: list[Timed]) -> tuple[float, str, int] | None:
-    """The median minutes of `units` in a GPU window, how they are known ('measured', 'projected' or both) and how
-    many of `units` are timed; None where none is.
+def unit_minutes(units: list, times: list[Timed]) -> tuple[float, float, float, str, int] | None:
+    """The median, least and most minutes of `units` in a GPU window, how they are known ('measured', 'projected'
+    or both) and how many of `units` are timed; None where none is.
 
     Measured where a window trained a unit of the group, else this CPU's median over the measured ratio."""
     groups, ratio = _by_group(times), median_ratio(times)
@@ -135,4 +140,5 @@ def unit_minutes(units: list, times: list[Timed]) -> tuple[float, str, int] | No
     if not measured and not projected:
         return None
     how = "measured" if not projected else "projected" if not measured else "measured and projected"
-    return statistics.median(measured + projected), how, len(measured) + len(projected)
+    timed = measured + projected
+    return statistics.median(timed), min(timed), max(timed), how, len(timed)

@@ -6,7 +6,8 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
 1. the CUDA tests at `smoke` (`CUDA_TESTS`; skipped without a CUDA device or without pytest);
 2. `bench --quick` on the device: every benchmark at its tiny sizes (a code-path check with ratios; quick
    records are never stored as measurements);
-3. the units of a backlog (`BACKLOG`: the pilots' reruns, then the `gpu` presets, most valuable first) under the
+3. the units of a backlog (`BACKLOG`: the pilots' reruns, the `cpu` designs and the pilots over the two-core budget,
+   then the `gpu` presets, most valuable first) under the
    window's time box (`timebox`): each unit's finished entry is committed to the checkout's `results/runs/`
    (`run_unit`), and once an experiment's units are all there its record is assembled (`runner.run`). A unit the box
    stops keeps its checkpoint in the run cache and is not committed. Units already committed (by an earlier window,
@@ -33,14 +34,14 @@ from typing import Callable
 
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS
+from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, is_pilot
 from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", overrides) for element_id, overrides in RERUNS.items())
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
-    + tuple((name, "cpu", PILOTS[name].overrides) for name in ON_GPU)
+    + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU)
     + tuple(
         (element_id, "gpu", {})
         for element_id in (
@@ -232,6 +233,8 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                         unit_row(element_id, preset, unit, seconds=seconds, hardware=hardware, status=status)
                     )
                     writer.write()
+            if is_pilot(element_id, preset, overrides):
+                continue  # a pilot's runs: its page reads them, no record
             start = time.monotonic()
             run(element_id, preset, overrides, store=store, device=str(dev))
             window.records.append(f"{element_id} [{preset}] in {time.monotonic() - start:.1f} s")
@@ -282,6 +285,8 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         if not all(read_entry(runs, unit) is not None for unit in units) or not _box_open():
             window.left.append(f"{element_id} [{preset}]")
             continue
+        if is_pilot(element_id, preset, overrides):
+            continue  # a pilot's runs: its page reads them, no record
         try:
             start = time.monotonic()
             run(element_id, preset, overrides, store=store, device=str(dev))

@@ -174,8 +174,9 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
 
 def table2_projection() -> dict | None:
     """What Table 2's `cpu` preset would take on this machine, from stored measurements only: the shake-shake /
-    Conv-Large step ratio of `bench fast_path` (fp32, cpu) and the wall times of Table 4's committed `cpu` runs of the
-    same variants and column that ran on a CPU. None when either is missing."""
+    Conv-Large step ratio of `bench fast_path` (fp32, cpu) and the training times of Table 4's committed `cpu` runs of
+    the same variants and column that ran on this kind of CPU (`gpu_sizing.hardware_class`). None when either is
+    missing."""
     from gradalign.bench import BenchStore
     from gradalign.experiments import get
     from gradalign.experiments.metagrad.backbones import projected_hours
@@ -183,7 +184,7 @@ def table2_projection() -> dict | None:
     from gradalign.run_unit import read_entry
     from gradalign.sweep import _committed_folder
 
-    from gradalign.gpu_sizing import run_seconds
+    from gradalign.gpu_sizing import hardware_class, run_seconds
 
     bench = BenchStore().load("fast_path", "cpu")
     networks = (bench or {}).get("measurement", {}).get("by_network", {})
@@ -197,7 +198,7 @@ def table2_projection() -> dict | None:
     for unit in units_of("metagrad.tab4", get("metagrad.tab4").resolve("cpu")):
         variant = unit.spec["method"]["variant"]
         entry = read_entry(_committed_folder("cpu"), unit) if variant in seconds else None
-        if entry is not None and entry["provenance"].get("hardware", "").startswith("CPU"):
+        if entry is not None and hardware_class(entry["provenance"].get("hardware", "")) == "cpu":
             seconds[variant].append(run_seconds(entry))  # a resumed run: its whole training, not its last sitting
             hardware.add(entry["provenance"]["hardware"])
     if not all(seconds.values()):

@@ -109,7 +109,7 @@ def backlog_markdown(root: Path) -> str:
         "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
         "",
         *_sizing_paragraph(speedups(times := committed_times(root / "runs")), TARGET_MINUTES),
-        "| # | element | preset | what | units committed | minutes per unit left, in a window |",
+        "| # | element | preset | what | units committed | minutes per unit left in a window: median (range) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for n, (element_id, preset, overrides) in enumerate(BACKLOG, 1):
@@ -126,7 +126,11 @@ def backlog_markdown(root: Path) -> str:
         left = [unit for unit in units if read_entry(root / "runs", unit) is None]
         done = len(units) - len(left)
         minutes = unit_minutes(left, times)
-        size = f"{minutes[0]:.1f} ({minutes[1]}; {minutes[2]} of {len(left)} timed)" if minutes else "not timed"
+        size = (
+            f"{minutes[0]:.1f} ({minutes[1]:.1f}–{minutes[2]:.1f}; {minutes[3]}; {minutes[4]} of {len(left)} timed)"
+            if minutes
+            else "not timed"
+        )
         size = size if left else "none left"
         lines.append(f"| {n} | `{element_id}` | `{preset}` | {what} | {done} of {len(units)} | {size} |")
     return "\n".join(lines) + "\n"

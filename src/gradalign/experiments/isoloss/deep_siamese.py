@@ -230,8 +230,9 @@ TAB1_PRESETS = {
     },
     "cpu": {},
     # gpu: the cpu design trained three times longer, with the paper's 4 seeds (our choice, not piloted: 6 of the 12
-    # cpu runs were still improving at 16 epochs). Sized by `gpu_sizing`: the cpu runs took 2.4-10 min of one thread
-    # for 16 epochs, so about 1.8-7.3 min per unit in a window at the measured 4.1x; longer ones carry over
+    # cpu runs were still improving at 16 epochs). Estimated by hand: the cpu runs' epochs took 2.4-10 min in all
+    # for 16 epochs (two runs at a time on two cores), so about 1.8-7.2 min per unit in a window at the measured
+    # CPU / GPU ratio, 4.2x (`gpu_sizing`, on the compute page); longer ones carry over between windows
     "gpu": {"epochs": (48,), "seeds": 4},
     "paper": {
         "datasets": ("cifar10", "stl10"),

@@ -85,13 +85,17 @@ def tab6(record: dict) -> dict:
 
 
 def tab7(record: dict) -> dict:
+    """The mechanism against layer-wise training at SGR's split, at each depth (records before that arm was added
+    have none: not recorded)."""
     c = record["curves"]
     keys = sorted(c)
-    return {
-        "enough_seeds": _seeds(c, keys),
-        "finished_learning": _finished(c, keys),
-        "mechanism_active": not_recorded("the mechanism acted", "the SGR term of a layer-wise VGG at each depth"),
-    }
+    pairs = {}
+    for key in keys:
+        dataset, method, depth = key.split("/")
+        if method == "sgr" and f"{dataset}/layerwise/{depth}" in c:
+            pairs[f"{dataset}/{depth}"] = (key, f"{dataset}/layerwise/{depth}")
+    active = _active(c, pairs) if pairs else not_recorded("the mechanism acted", "a layer-wise VGG at each depth")
+    return {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(c, keys), "mechanism_active": active}
 
 
 def bp_free(record: dict) -> dict:
