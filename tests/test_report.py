@@ -1,5 +1,8 @@
 """The reproduction report: every element listed, the paper's numbers beside ours where the paper prints them."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from gradalign.comparison import COMPARISONS, paper_vs_ours
@@ -8,6 +11,8 @@ from gradalign.elements import ELEMENTS
 from gradalign.report import report_markdown
 from gradalign.results import ResultStore
 from gradalign.training.ssl import TITLES
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tab1_record(seeds=1):
@@ -87,7 +92,7 @@ def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_
     assert verdict_text(record).startswith("**inconclusive** (precondition not met: enough seeds to decide")
     scale = scale_of(_stored("lga.fig5"))  # Fashion-MNIST for CIFAR-10, 6,000 steps of a small CNN
     assert "Fashion-MNIST (paper: CIFAR-10)" in scale and "6,000 steps (paper: 500,000 steps)" in scale
-    assert "3 seeds (paper: 5 seeds)" in scale and "runs still improving at their last evaluation" in scale
+    assert "3 seeds (paper: 5 seeds)" in scale and scale.endswith("runs finished learning")
     assert scale_of(_stored("lga.fig1")) == ""  # exact scope: nothing to name
     counts = summary_counts({"a": "not reproduced", "b": "inconclusive", "c": "reproduced"})
     assert counts == "**1** reproduced · **1** not reproduced · **1** inconclusive"
@@ -98,11 +103,18 @@ def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_
     assert "**Analytic:**" in text and "**Empirical:**" in text
 
 
-def test_still_improving_counts_runs_whose_best_evaluation_is_the_last():
-    from gradalign.experiments.lga.ssl_benchmark import still_improving
+def test_the_scale_line_counts_finished_runs_as_the_precondition_does():
+    """One count of unfinished runs per page: the scale line reads the finished-learning precondition's own value
+    (before, it counted runs at their best at the last evaluation, another number under the same words)."""
+    from gradalign.report import scale_of
 
-    curves = {"lga": {"250": {"val_error": [30.0, 20.0, 10.0]}, "1000": {"val_error": [30.0, 10.0, 20.0]}}}
-    assert still_improving(curves) == (1, 2)
+    record = json.loads(next((ROOT / "results" / "lga" / "lga.fig7").glob("cpu-*.json")).read_text())
+    finished = record["preconditions"]["finished_learning"]["value"]
+    line = scale_of(record)
+    assert line.endswith(f"; {finished['finished']} of {finished['runs']} runs finished learning")
+    assert "still improving" not in line
+    record["preconditions"]["finished_learning"]["value"] = "not recorded"
+    assert "finished learning" not in scale_of(record)
 
 
 def test_a_record_whose_code_changed_is_stale(tmp_path):

@@ -336,3 +336,18 @@ def test_a_baseline_diverging_at_every_rate_is_left_out_and_said_so():
     own = SimpleNamespace(**{**vars(cfg), "baselines": (), "methods": ("sgr",)})
     with pytest.raises(DivergenceError):
         bp_free._tuned_runs(own, {"d": {"sgr": {"grid": {"0.01": 80.0}, "chosen": 0.01}}}, "cpu")
+
+
+def test_an_arm_whose_final_rate_fell_to_the_grids_end_is_not_tuned():
+    """Table 4's FA: tuning chose 0.003, its final run diverged there, the final runs trained at 0.001, the grid's
+    smallest rate: lower rates were never tried, so the arm is not tuned inside its grid."""
+    from gradalign.experiments.sgr import validity
+
+    grid = {"0.001": 58.4, "0.003": 65.5, "0.01": 0.0}
+    curves = {f"fashion_mnist/{m}": {"test_acc": [[1.0, 2.0]] * 3, "sgr": [[0.1, 0.1]] * 3} for m in ("fa", "sgr")}
+    tuned = {"fa": {"grid": grid, "chosen": 0.003, "final": 0.003}, "sgr": {"grid": grid, "chosen": 0.003}}
+    record = {"curves": curves, "config": {"datasets": ["fashion_mnist"]}, "metrics": {"tuning": {"fm": tuned}}}
+    assert validity.bp_free(record)["tuned_inside_grid"]["passed"]
+    tuned["fa"]["final"] = 0.001
+    check = validity.bp_free(record)["tuned_inside_grid"]
+    assert not check["passed"] and check["value"]["at_an_end"] == {"fa": "0.001"}

@@ -253,7 +253,7 @@ def test_summary_and_scale_text():
     }
     text = exp.local_scale(record)
     assert "Fashion-MNIST (paper: CIFAR-10)" in text and "8 epochs (paper: 200 epochs)" in text
-    assert text.endswith("1 of 2 runs still improving at their last epoch")
+    assert text.endswith("3 seeds; test accuracy on 2,000 test images")  # the finished count: `report.scale_of`
 
 
 def test_fast_path_is_a_keyed_setting_that_changes_the_step_but_not_its_result():

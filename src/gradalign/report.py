@@ -44,9 +44,15 @@ def element_verdict(element_id: str, record: dict | None) -> str:
 
 
 def scale_of(record: dict) -> str:
-    """The record's scale against the paper's (reduced scope only; the experiment declares it)."""
+    """The record's scale against the paper's (reduced scope only; the experiment declares it), with how many runs
+    finished learning by the record's own precondition (one count, the verdict's, wherever a page shows it)."""
     scale = EXPERIMENTS[record["id"]].scale
-    return scale(record) if record["scope"] == "reduced" and scale is not None else ""
+    if record["scope"] != "reduced" or scale is None:
+        return ""
+    finished = record.get("preconditions", {}).get("finished_learning", {}).get("value")
+    if isinstance(finished, dict) and {"finished", "runs"} <= set(finished):
+        return f"{scale(record)}; {finished['finished']} of {finished['runs']} runs finished learning"
+    return scale(record)
 
 
 def stale_text(record: dict, short: bool = False) -> str:

@@ -71,6 +71,8 @@ def windows_markdown(root: Path) -> str:
         failures = report.get("tests", {}).get("failures") or []
         if failures:
             tests += "; failed: " + ", ".join(f.split(" ")[1].split("::")[-1] for f in failures if " " in f)
+        elif "failed" in tests:
+            tests += " (this window did not keep the failing tests' names)"
         finished = "; ".join(
             f"`{element}` [{preset}] {len(ts)}: {statistics.median(ts):.0f} s ({min(ts):.0f}–{max(ts):.0f})"
             for (element, preset), ts in unit_times(report).items()

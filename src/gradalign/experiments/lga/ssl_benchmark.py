@@ -255,14 +255,6 @@ PAPER_DATA = {"lga.fig5": "CIFAR-10", "lga.fig6": "SVHN", "lga.fig7": "Fashion-M
 MODEL_TITLES = {"small_cnn": "a 3-block CNN", "wrn28_2": "WRN-28-2"}
 
 
-def still_improving(curves: dict) -> tuple[int, int]:
-    """(runs whose lowest validation error is at their last evaluation, runs): a run still improving when it
-    stopped has not shown where the method ends up."""
-    runs = [h for by_labels in curves.values() for h in by_labels.values()]
-    last = sum(min(range(len(h["val_error"])), key=h["val_error"].__getitem__) == len(h["val_error"]) - 1 for h in runs)
-    return last, len(runs)
-
-
 def ssl_scale(record: dict) -> str:
     """Data, model, steps and seeds of a benchmark record against the paper's (500k steps, 5 trials)."""
     cfg = record["config"]
@@ -273,9 +265,6 @@ def ssl_scale(record: dict) -> str:
         (plural(cfg["protocol"]["steps"], "step"), "500,000 steps"),
         (plural(cfg["seeds"], "seed"), "5 seeds"),
     )
-    if record["curves"]:
-        last, runs = still_improving(record["curves"])
-        text += f"; {last} of {runs} runs still improving at their last evaluation"
     return text
 
 

@@ -184,7 +184,8 @@ def column_name(dataset: str, labels: int) -> str:
 
 
 def ssl_scale(record: dict) -> str:
-    """Data, labels, width, steps, batches and seeds against the paper's; how many runs were still improving."""
+    """Data, labels, width, steps, batches and seeds against the paper's (how many runs finished learning is the
+    precondition's count, which `report.scale_of` adds)."""
     from gradalign.data.image_sets import IMAGE_SETS
 
     cfg = record["config"]
@@ -198,9 +199,6 @@ def ssl_scale(record: dict) -> str:
     )
     if cfg["n_test"]:
         text += f"; test error on {cfg['n_test']:,} test images"
-    improving = record["metrics"].get("still_improving")
-    if improving:
-        text += f"; {improving[0]} of {improving[1]} runs still improving at their last evaluation"
     return text
 
 

@@ -214,7 +214,8 @@ def scope(cfg: LocalBPConfig, paper_datasets: tuple[str, ...]) -> str:
 
 
 def local_scale(record: dict) -> str:
-    """Data, width, train images, epochs and seeds against the paper's; how many runs were still improving."""
+    """Data, width, train images, epochs and seeds against the paper's (how many runs finished learning is the
+    precondition's count, which `report.scale_of` adds)."""
     from gradalign.data.image_sets import IMAGE_SETS, TRAIN_SIZES
 
     cfg = record["config"]
@@ -229,8 +230,4 @@ def local_scale(record: dict) -> str:
     )
     if cfg["n_test"]:
         text += f"; test accuracy on {cfg['n_test']:,} test images"
-    histories = [h for c in record["curves"].values() for h in c["test_acc"]]
-    if histories:
-        last = sum(_still_improving({"test_acc": h}) for h in histories)
-        text += f"; {last} of {len(histories)} runs still improving at their last epoch"
     return text

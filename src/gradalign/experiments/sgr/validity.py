@@ -108,7 +108,13 @@ def bp_free(record: dict) -> dict:
     out = {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(c, keys), "mechanism_active": active}
     tuning = record["metrics"].get("tuning")
     if tuning:
-        arms = {f"{d}/{m}" if len(tuning) > 1 else m: e for d, by in tuning.items() for m, e in by.items()}
+        # the rate the final runs trained at: a chosen rate whose final run diverged falls back to the next lower one,
+        # which must be inside the grid too (Table 4's FA: chosen 0.003, diverged, final 0.001 at the grid's end)
+        arms = {
+            f"{d}/{m}" if len(tuning) > 1 else m: {**e, "chosen": e.get("final", e["chosen"])}
+            for d, by in tuning.items()
+            for m, e in by.items()
+        }
         out["tuned_inside_grid"] = tuned_inside_grid(arms)
     return out
 
