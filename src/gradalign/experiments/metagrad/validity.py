@@ -10,6 +10,9 @@ did not record fails its precondition (`rules.not_recorded`).
 
 from __future__ import annotations
 
+import math
+
+from gradalign.experiments.base import check
 from gradalign.experiments.rules import (
     enough_seeds,
     finished_learning,
@@ -42,14 +45,33 @@ def _finished(record: dict) -> dict:
     return finished_learning(runs, higher_is_better=False, tolerance=TOLERANCE, metric="validation error (%)")
 
 
+def worst_run_bound(summary: dict) -> float:
+    """An upper bound of the largest of n values from their mean and sample standard deviation s (n − 1 in its
+    denominator): no value lies more than s·(n − 1)/√n above the mean (Samuelson's inequality). The records keep
+    each column's labeled-set error as a summary only, and the rule asks it of every run."""
+    n = summary["n"]
+    return summary["mean"] + (summary.get("std") or 0.0) * (n - 1) / math.sqrt(n)
+
+
 def _fits(record: dict) -> dict:
-    errors = {}
+    summaries = {}
     for column, variants in _columns(record).items():
-        row = variants.get("labeled_only", {})
-        errors[column] = (
-            row.get("labeled_error", {}).get("mean") if isinstance(row.get("labeled_error"), dict) else None
-        )
-    return fits_labels(errors, FIT_ERROR)
+        error = variants.get("labeled_only", {}).get("labeled_error")
+        summaries[column] = error if isinstance(error, dict) and "n" in error else None
+    if not summaries or any(s is None for s in summaries.values()):
+        return fits_labels({c: None for c in summaries}, FIT_ERROR)  # not recorded
+    bounds = {column: worst_run_bound(s) for column, s in summaries.items()}
+    return check(
+        max(bounds.values()) <= FIT_ERROR,
+        {
+            "runs": sum(s["n"] for s in summaries.values()),
+            "mean": {c: round(s["mean"], 2) for c, s in summaries.items()},
+            "worst run at most": {c: round(b, 2) for c, b in bounds.items()},
+        },
+        f"eval-mode error on its own labeled training set <= {FIT_ERROR:g} % in every baseline run (the worst run "
+        "bounded from each column's mean and standard deviation: mean + std·(n − 1)/√n)",
+        "the baseline fits its labels",
+    )
 
 
 def _active(record: dict) -> dict:
