@@ -268,3 +268,11 @@ def test_verdict_rows_name_every_seed_and_the_training_time_of_shared_runs():
     assert "seeds 0-2" in line and "76.2 min training (stored runs)" in line and "0.0 s" not in line
     record["config"], record["metrics"] = {}, {}
     assert "seed 0 · 0.0 s" in provenance_line(record)
+
+
+def test_our_table_cells_say_their_spread_is_a_standard_deviation():
+    from gradalign.page_helpers import mean_std_cell
+
+    assert mean_std_cell({"mean": 12.634, "std": 0.52, "n": 3}) == "12.63 ± 0.52 sd"
+    assert mean_std_cell({"mean": 12.634, "std": 0.0, "n": 1}) == "12.63"  # one seed: no spread
+    assert mean_std_cell({"mean": 10.0, "std": 0.0, "n": 3, "diverged": 1}) == "10.00 ± 0.00 sd (1 diverged)"

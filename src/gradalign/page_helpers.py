@@ -9,12 +9,14 @@ from __future__ import annotations
 
 
 def mean_std_cell(summary: dict, metric: str | None = None, digits: int = 2) -> str:
-    """A table cell "mean ± std" from a stored summary ({'mean', 'std', optional 'n', optional 'diverged'}), or
-    from `summary[metric]`; only the mean when one seed was run, and "(k diverged)" when runs diverged."""
+    """A table cell "mean ± std sd" from a stored summary ({'mean', 'std', optional 'n', optional 'diverged'}), or
+    from `summary[metric]`; only the mean when one seed was run, and "(k diverged)" when runs diverged. The "sd"
+    tells it from the paper-vs-ours tables' "± SE" (`comparison`), a spread over seeds against an error of the
+    mean."""
     s = summary[metric] if metric is not None else summary
     text = f"{s['mean']:.{digits}f}"
     if s.get("n", 2) > 1 and s.get("std") is not None:
-        text += f" ± {s['std']:.{digits}f}"
+        text += f" ± {s['std']:.{digits}f} sd"
     if s.get("diverged"):
         text += f" ({s['diverged']} diverged)"
     return text
