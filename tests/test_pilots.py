@@ -86,3 +86,39 @@ def test_a_gpu_pilot_page_points_to_the_backlog_not_to_two_cores(tmp_path, monke
     out = capsys.readouterr().out
     assert "Not committed yet (9 of 9)" in out and "GPU backlog" in out and "python -m gradalign.pilots" not in out
     assert "Global BP, VGG-12" in out and "SGR, VGG-57" in out  # each arm names its depth
+
+
+def test_a_rerun_so_far_compares_only_arms_with_every_seed(tmp_path, monkeypatch):
+    import IPython.display
+
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+    from gradalign.page_helpers import rerun_view
+
+    monkeypatch.setattr(pilots, "_committed", lambda: tmp_path)
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda x: shown.append(getattr(x, "data", x)))
+    monkeypatch.setattr("matplotlib.pyplot.show", lambda: None)
+    units = units_of("sgr.tab3", get("sgr.tab3").resolve("cpu", pilots.RERUNS["sgr.tab3"]))
+    resnet = [u for u in units if u.spec["network"] == "resnet32"]
+
+    def commit(method, finals, term):
+        for unit, final in zip([u for u in resnet if u.spec["method"]["method"] == method], finals):
+            history = {"epoch": [1, 2, 3, 4, 5], "test_acc": [50.0, 70.0, 80.0, 80.1, final], "sgr": [1.0] * 4 + [term]}
+            write_entry(tmp_path, unit, {"history": history}, {"hardware": "test", "wall_time_s": 60.0})
+
+    commit("layerwise", [80.0, 80.5, 81.0], 1.0)
+    commit("sgr", [82.0, 82.5], 0.3)  # two of three seeds: shown, not compared
+    rerun_view("sgr.tab3")
+    assert "5 of 18 runs committed" in shown[0] and not any("Interim" in str(s) for s in shown)
+    commit("sgr", [82.0, 82.5, 83.0], 0.3)
+    shown.clear()
+    rerun_view("sgr.tab3")
+    interim = next(s for s in shown if "Interim" in str(s))
+    assert "SGR − layer-wise = +2.00 ± 0.41 SE points (SGR above layer-wise)" in interim
+    assert "SGR's term / layer-wise's = 0.30 (the precondition asks ≤ 0.5: met)" in interim
+    commit("sgr", [80.0, 80.5, 81.0], 0.9)  # no gain, and the term did not fall
+    shown.clear()
+    rerun_view("sgr.tab3")
+    interim = next(s for s in shown if "Interim" in str(s))
+    assert "(SGR within 2 SE of layer-wise)" in interim and "= 0.90 (the precondition asks ≤ 0.5: not met)" in interim

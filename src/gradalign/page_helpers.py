@@ -174,6 +174,84 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
         )
 
 
+def rerun_view(element: str) -> None:
+    """An SGR local-BP rerun so far (`pilots.RERUNS[element]` at `cpu`): its committed runs by network, method and
+    K, and, where an arm has all its seeds, SGR against layer-wise training (difference ± SE) and SGR's term against
+    layer-wise training's (the mechanism-active precondition). Not a record: no verdict is drawn until every run
+    is committed and the record assembled from them."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from IPython.display import Markdown, display
+
+    from gradalign.experiments import get
+    from gradalign.experiments.seed_stats import difference, stats
+    from gradalign.experiments.sgr.validity import ACTIVE_RATIO, TOLERANCE
+    from gradalign.experiments.units import units_of
+    from gradalign.methods.local import TITLES
+    from gradalign.pilots import RERUNS, stored_units
+    from gradalign.plotting import METHOD_COLORS, panels
+
+    def arm(spec: dict) -> tuple:
+        return spec["network"], spec["method"]["method"], spec["method"]["modules"]
+
+    rows = stored_units(
+        units_of(element, get(element).resolve("cpu", RERUNS[element])), arm, "test_acc", True, TOLERANCE
+    )
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["arm"], []).append(row)
+    done = sum(r["done"] for r in rows)
+    display(Markdown(f"**{element}'s rerun so far:** {done} of {len(rows)} runs committed (`pilots.RERUNS`)."))
+    table, full = {}, {}
+    for (net, method, k), runs in groups.items():
+        ready = [r for r in runs if r["done"]]
+        if not ready:
+            continue
+        acc = stats([r["curve"][-1] for r in ready])
+        term = stats([r["history"]["sgr"][-1] for r in ready])
+        if len(ready) == len(runs):
+            full[(net, method, k)] = (acc, term)
+        table[(network_title(net), TITLES[method], f"K = {k}")] = {
+            "seeds": f"{len(ready)} of {len(runs)}",
+            "final test accuracy (%)": mean_std_cell(acc),
+            "finished learning": f"{sum(bool(r['finished']) for r in ready)} of {len(ready)}",
+            "SGR term, last epoch": f"{term['mean']:.2e}",
+            "minutes per run": round(sum(r["wall_time_s"] for r in ready) / len(ready) / 60, 1),
+        }
+    if not table:
+        return
+    display(pd.DataFrame(table).T)
+    lines = []
+    for (net, method, k), (acc, term) in full.items():
+        if method != "sgr" or (net, "layerwise", k) not in full:
+            continue
+        other_acc, other_term = full[(net, "layerwise", k)]
+        d = difference(acc, other_acc)
+        word = "above" if d["diff"] > 2 * d["se"] else "below" if d["diff"] < -2 * d["se"] else "within 2 SE of"
+        ratio = term["mean"] / other_term["mean"]
+        lines.append(
+            f"- {network_title(net)}, K = {k}: SGR − layer-wise = {d['diff']:+.2f} ± {d['se']:.2f} SE points "
+            f"(SGR {word} layer-wise); SGR's term / layer-wise's = {ratio:.2f} (the precondition asks ≤ "
+            f"{ACTIVE_RATIO:g}: {'met' if ratio <= ACTIVE_RATIO else 'not met'})."
+        )
+    if lines:
+        display(Markdown("Interim, from the arms whose seeds are all committed:\n\n" + "\n".join(lines)))
+    networks = list(dict.fromkeys(net for (net, _, _), runs in groups.items() if any(r["done"] for r in runs)))
+    fig, axes = panels(len(networks), columns=min(2, len(networks)), height=2.8)
+    for ax, net in zip(fig.axes, networks):
+        for (n, method, k), runs in groups.items():
+            ready = [r for r in runs if r["done"]]
+            if n != net or not ready:
+                continue
+            length = min(len(r["curve"]) for r in ready)
+            mean = [sum(r["curve"][i] for r in ready) / len(ready) for i in range(length)]
+            label = f"{TITLES[method]} ({len(ready)} seed{'s' if len(ready) > 1 else ''})"
+            ax.plot(ready[0]["x"][:length], mean, color=METHOD_COLORS.get(method), label=label)
+        ax.set(title=network_title(net), xlabel="epoch", ylabel="test accuracy (%), mean over seeds")
+        ax.legend(loc="lower right", fontsize=8)
+    plt.show()
+
+
 def table2_projection() -> dict | None:
     """What Table 2's `cpu` preset would take on this machine, from stored measurements only: the shake-shake /
     Conv-Large step ratio of `bench fast_path` (fp32, cpu) and the training times of Table 4's committed `cpu` runs of

@@ -171,25 +171,31 @@ def _committed():
 
 
 def stored(name: str) -> list[dict]:
-    """Each run of pilot `name` as {label, arm, key, done, curve (the metric per evaluation), x (its epochs or
-    steps), finished, spec, labeled_error, hardware, wall_time_s}, from the committed entries only (`done` False where a
-    run is not committed yet)."""
+    """Each run of pilot `name` (`stored_units`)."""
+    pilot = PILOTS[name]
+    return stored_units(pilot.units(pilot), pilot.arm, pilot.metric, pilot.higher_is_better, pilot.tolerance)
+
+
+def stored_units(units: list, arm, metric: str, higher_is_better: bool, tolerance: float) -> list[dict]:
+    """Each of `units` as {label, arm, key, done, curve (the metric per evaluation), x (its epochs or steps),
+    finished, spec, history, labeled_error, hardware, wall_time_s}, from the committed entries only (`done` False
+    where a run is not committed yet); `arm(spec)` names a run's arm, `run_finished` judges it."""
     from gradalign.gpu_sizing import run_seconds
     from gradalign.run_unit import read_entry
 
-    pilot = PILOTS[name]
     out = []
-    for unit in pilot.units(pilot):
+    for unit in units:
         entry = read_entry(_committed(), unit)
-        row = {"label": unit.label, "arm": pilot.arm(unit.spec), "key": unit.key, "done": entry is not None}
+        row = {"label": unit.label, "arm": arm(unit.spec), "key": unit.key, "done": entry is not None}
         if entry is not None:
             history = entry["value"]["history"]
-            curve = history.get(pilot.metric, [])
+            curve = history.get(metric, [])
             row.update(
                 curve=curve,
                 x=history.get("epoch", history.get("step")),  # the x axis: epochs where a run has them
-                finished=run_finished(curve, pilot.higher_is_better, pilot.tolerance),
+                finished=run_finished(curve, higher_is_better, tolerance),
                 spec=entry["spec"],
+                history=history,
                 hardware=entry["provenance"].get("hardware"),
                 wall_time_s=run_seconds(entry),  # a resumed run: its whole training, not its last sitting
                 labeled_error=entry["value"].get("labeled_error"),  # SSL runs: does it fit its labels?
