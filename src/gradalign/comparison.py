@@ -189,6 +189,8 @@ def _sgr_tab7(record: dict) -> list[dict]:
     rows, depths = [], list(SGR_TABLE7["depths"])
     for dataset, table in record["metrics"]["table"].items():
         for m, by_depth in table.items():
+            if m not in SGR_TABLE7:  # layer-wise: our reference for SGR's term, not a row of the paper's table
+                continue
             for d, s in by_depth.items():
                 paper = SGR_TABLE7[m][depths.index(int(d))] if int(d) in depths else None
                 rows.append(

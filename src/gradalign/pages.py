@@ -70,11 +70,18 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
         counts = split_counts({e: verdicts[e] for e in ids})
         lines.append(f"| {name} | {state} | {counts['analytic']} | {counts['empirical']} |")
     counts = split_counts(verdicts)
+    studies = [e for e in ELEMENTS if e not in PAPER_ELEMENTS]
     lines += [
         "",
         f"**Analytic** (derivations, definitions, closed forms checked numerically): {counts['analytic']}. "
         f"**Empirical** (trained models and simulated dynamics, decided only by a valid test; otherwise "
-        f"inconclusive): {counts['empirical']}.",
+        f"inconclusive): {counts['empirical']}."
+        + (
+            f" Our own studies ({', '.join(f'`{e}`' for e in studies)}) have pages beside the elements they serve; "
+            "they are not elements of the papers and are not counted."
+            if studies
+            else ""
+        ),
         "",
     ]
     for status in SUMMARY_ORDER:
