@@ -65,6 +65,7 @@ LAYERS = [
         "window_carry",
         "window_pool",
         "window_report",
+        "gpu_sizing",
     ),
     ("plotting", "page_helpers", "downloads", "source_archive", "notebook", "book", "book_static", "cli", "__main__"),
 ]

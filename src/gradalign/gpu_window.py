@@ -6,12 +6,11 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
 1. the CUDA tests at `smoke` (`CUDA_TESTS`; skipped without a CUDA device or without pytest);
 2. `bench --quick` on the device: every benchmark at its tiny sizes (a code-path check with ratios; quick
    records are never stored as measurements);
-3. the units of a backlog (`BACKLOG`: the pilots' reruns, the `cpu` designs and the pilots over the two-core budget,
-   then the `gpu` presets, most valuable first) under the
-   window's time box (`timebox`): each unit's finished entry is committed to the checkout's `results/runs/`
-   (`run_unit`), and once an experiment's units are all there its record is assembled (`runner.run`). A unit the box
-   stops keeps its checkpoint in the run cache and is not committed. Units already committed (by an earlier window,
-   carried in the checkout) are read, not trained: a window continues where the last one stopped.
+3. the units of a backlog (`BACKLOG`, most valuable first) under the window's time box (`timebox`): each unit's
+   finished entry is committed to the checkout's `results/runs/` (`run_unit`), and once an experiment's units are
+   all there its record is assembled (`runner.run`; a pilot's runs make no record). A unit the box stops keeps its
+   checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried in the
+   checkout) are read, not trained: a window continues where the last one stopped.
 
 Everything the window finished is written to `--out` as it goes, in `bundle_files` (at most `MAX_FILES`, each
 under `MAX_FILE_BYTES`): `window.json` (what ran, each unit's wall time and hardware, what is left),
@@ -61,8 +60,7 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the reruns of the `cpu` scales
 that the pilots chose (`pilots.RERUNS`), then the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then
 the pilots over it (`ON_GPU`), then the `gpu` presets (LGA's Figure 7 first and its subsets after it; the
-meta-gradient Tables 1, 2, 4 in that order).
-Units already committed are read, not trained: a `gpu` preset that extends a `cpu` scale trains only what it adds."""
+meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
 CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_fast_path_agreement.py", "tests/test_activation_memory.py")
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
@@ -253,8 +251,7 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
 
 
 def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo, meanwhile) -> None:
-    """The backlog's uncommitted units trained by `window.workers` processes (`window_pool`), then a record for
-    every experiment whose units are all committed."""
+    """The backlog's uncommitted units in `window.workers` processes (`window_pool`), then each whole one's record."""
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.run_unit import read_entry
