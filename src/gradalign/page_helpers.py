@@ -211,7 +211,7 @@ def rerun_view(element: str) -> None:
         term = stats([r["history"]["sgr"][-1] for r in ready])
         if len(ready) == len(runs):
             full[(net, method, k)] = (acc, term)
-        table[(network_title(net), TITLES[method], f"K = {k}")] = {
+        table[(network_title(net), f"{TITLES[method]}, K = {k}")] = {
             "seeds": f"{len(ready)} of {len(runs)}",
             "final test accuracy (%)": mean_std_cell(acc),
             "finished learning": f"{sum(bool(r['finished']) for r in ready)} of {len(ready)}",
