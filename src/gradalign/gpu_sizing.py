@@ -25,6 +25,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from gradalign.atomic import StoredJSONError, read_json_strict
 from gradalign.run_unit import check_entry
@@ -124,9 +125,17 @@ def median_ratio(times: list[Timed]) -> float | None:
     return statistics.median(r["ratio"] for r in rows) if rows else None
 
 
-def unit_minutes(units: list, times: list[Timed]) -> tuple[float, float, float, str, int] | None:
-    """The median, least and most minutes of `units` in a GPU window, how they are known ('measured', 'projected'
-    or both) and how many of `units` are timed; None where none is.
+class UnitMinutes(NamedTuple):
+    median: float
+    least: float
+    most: float
+    how: str  # 'measured', 'projected' or 'measured and projected'
+    timed: int  # how many of the units asked about have a time
+
+
+def unit_minutes(units: list, times: list[Timed]) -> UnitMinutes | None:
+    """The median, least and most minutes of `units` in a GPU window, how they are known and how many of `units`
+    are timed; None where none is.
 
     Measured where a window trained a unit of the group, else this CPU's median over the measured ratio."""
     groups, ratio = _by_group(times), median_ratio(times)
@@ -141,4 +150,4 @@ def unit_minutes(units: list, times: list[Timed]) -> tuple[float, float, float, 
         return None
     how = "measured" if not projected else "projected" if not measured else "measured and projected"
     timed = measured + projected
-    return statistics.median(timed), min(timed), max(timed), how, len(timed)
+    return UnitMinutes(statistics.median(timed), min(timed), max(timed), how, len(timed))

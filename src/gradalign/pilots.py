@@ -15,8 +15,8 @@ Each pilot names the question it answers and the candidate it tries (our choices
   (small CNN at width 32, 6,000 steps, lr decay at 60 %, the fast path): its supervised run is the reference's;
 - `metagrad.tab4`: labeled-only training of Conv-Large ×0.125 for 4,000 steps instead of 2,000, its lr decays at
   50 % and 70 % instead of 75 % and 87.5 %, without dropout and with the paper's 0.5;
-- `sgr.tab7`: global BP and SGR on VGG-12, 37 and 57 with the calibrated λ for 30 epochs instead of 6. Over the
-  two-core budget (`ON_GPU`), so a GPU window trains it.
+- `sgr.tab7`: global BP, SGR and layer-wise training (the reference of SGR's term) on VGG-12, 37 and 57 with the
+  calibrated λ for 30 epochs instead of 6. Over the two-core budget (`ON_GPU`), so a GPU window trains it.
 """
 
 from __future__ import annotations

@@ -129,7 +129,8 @@ def backlog_markdown(root: Path) -> str:
         done = len(units) - len(left)
         minutes = unit_minutes(left, times)
         size = (
-            f"{minutes[0]:.1f} ({minutes[1]:.1f}–{minutes[2]:.1f}; {minutes[3]}; {minutes[4]} of {len(left)} timed)"
+            f"{minutes.median:.1f} ({minutes.least:.1f}–{minutes.most:.1f}; {minutes.how}; {minutes.timed} of "
+            f"{len(left)} timed)"
             if minutes
             else "not timed"
         )
