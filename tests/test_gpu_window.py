@@ -308,3 +308,23 @@ def test_the_compute_page_lists_the_backlog_with_what_is_committed(tmp_path):
     first = next(line for line in text.splitlines() if line.startswith("| 1 |"))
     assert f"`{element_id}`" in first and f"| 1 of {len(units)} |" in first
     assert text.count("\n| ") == len(window_module.BACKLOG) + 2  # header, rule, one row per item
+
+
+def test_two_backlog_items_that_share_runs_train_each_run_once(tmp_path, monkeypatch):
+    """Table 4 and Figures 2-4 read the same runs: a window's pool trains a shared unit once, not once per item."""
+    _machine(monkeypatch, tmp_path, "gpu")
+    monkeypatch.setenv("GRADALIGN_THREADS", "1")
+    window = gpu_window(5, tmp_path / "out", BACKLOG * 2, device="cpu", bench=False, workers=2, echo=lambda _: None)
+    assert sum(u["status"] == "finished" for u in window.units) == 6
+    assert len(window.records) == 2 and not window.stopped
+
+
+def test_skip_leaves_out_the_elements_another_machine_trains():
+    from gradalign.gpu_window import BACKLOG as REAL
+    from gradalign.window_cli import without
+
+    kept = without(REAL, ["sgr.tab3"])
+    assert {e for e, _, _ in REAL} - {e for e, _, _ in kept} == {"sgr.tab3"}
+    assert len(REAL) - len(kept) == sum(e == "sgr.tab3" for e, _, _ in REAL) == 2  # the rerun and the gpu preset
+    with pytest.raises(ConfigError, match="not in the GPU backlog"):
+        without(REAL, ["sgr.tab3", "sgr.tab9"])

@@ -66,6 +66,7 @@ LAYERS = [
         "window_pool",
         "window_report",
         "gpu_sizing",
+        "window_cli",
     ),
     ("plotting", "page_helpers", "downloads", "source_archive", "notebook", "book", "book_static", "cli", "__main__"),
 ]

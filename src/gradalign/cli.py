@@ -298,7 +298,7 @@ def parser() -> argparse.ArgumentParser:
     from gradalign.sweep import add_sweep_parser  # light: submitit is imported when a sweep runs
 
     add_sweep_parser(sub)
-    from gradalign.gpu_window import add_parsers as add_window_parsers  # light: torch is imported when it runs
+    from gradalign.window_cli import add_parsers as add_window_parsers  # light: torch is imported when it runs
 
     add_window_parsers(sub)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")

@@ -33,12 +33,13 @@ from typing import Callable
 
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, is_pilot
+from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST, is_pilot
 from gradalign.window_pool import unit_row
-from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, import_window
+from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
-    tuple((element_id, "cpu", overrides) for element_id, overrides in RERUNS.items())
+    tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
+    + tuple((element_id, "cpu", overrides) for element_id, overrides in RERUNS.items())
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
     + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU)
     + tuple(
@@ -57,7 +58,8 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
         )
     )
 )
-"""(element id, preset, overrides) in priority order (the backlog of GPU runs): first the reruns of the `cpu` scales
+"""(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
+machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then the reruns of the `cpu` scales
 that the pilots chose (`pilots.RERUNS`), then the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then
 the pilots over it (`ON_GPU`), then the `gpu` presets (LGA's Figure 7 first and its subsets after it; the
 meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
@@ -270,7 +272,8 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         items.append((element_id, preset, overrides, units))
         for unit in units:
             if read_entry(runs, unit) is None:
-                jobs.append((element_id, preset, unit))
+                if all(u.key != unit.key or u.kind != unit.kind for _, _, u in jobs):  # two items may share a run
+                    jobs.append((element_id, preset, unit))
             else:
                 window.units.append(unit_row(element_id, preset, unit, status="committed before"))
     deadline = time.monotonic() + seconds_left()
@@ -361,40 +364,3 @@ def _chunks(items: list[dict], most: int) -> list[list[dict]]:
     if current:
         chunks.append(current)
     return chunks[:most]
-
-
-# --- command line ----------------------------------------------------------------------------------------------
-
-
-def add_parsers(sub) -> None:
-    """`gpu-window` and `import` on the command line's subparsers."""
-    w = sub.add_parser("gpu-window", help="CUDA tests, bench --quick and the gpu backlog under a time box")
-    w.add_argument("--minutes", type=float, required=True, help="the window's time box (e.g. 9)")
-    w.add_argument("--out", required=True, help="folder for the window's files (at most 8)")
-    w.add_argument("--device", default="auto")
-    w.add_argument("--no-tests", action="store_true", help="skip the CUDA tests")
-    w.add_argument("--no-bench", action="store_true", help="skip bench --quick")
-    w.add_argument("--workers", type=int, default=1, help="units trained at once, each in its own process")
-    w.set_defaults(func=_cmd_window)
-    i = sub.add_parser("import", help="check and place the files a gpu-window wrote")
-    i.add_argument("folder")
-    i.add_argument("--results", default=None, help="results store (default: the checkout's results/)")
-    i.set_defaults(func=_cmd_import)
-
-
-def _cmd_window(args) -> int:
-    window = gpu_window(
-        args.minutes,
-        args.out,
-        device=args.device,
-        tests=not args.no_tests,
-        bench=not args.no_bench,
-        workers=args.workers,
-    )
-    return 0 if window.tests.get("returncode", 0) in (0, 5) else 1  # 5: pytest collected nothing
-
-
-def _cmd_import(args) -> int:
-    imported = import_window(args.folder, args.results)
-    print("\n".join(imported.lines()))
-    return 1 if imported.refused else 0

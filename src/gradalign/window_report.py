@@ -99,13 +99,14 @@ def backlog_markdown(root: Path) -> str:
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.gpu_sizing import TARGET_MINUTES, committed_times, speedups, unit_minutes
     from gradalign.gpu_window import BACKLOG
-    from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, RERUNS
+    from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, RERUNS, RUNS_LOST
     from gradalign.run_unit import read_entry
 
     lines = [
         "## The GPU backlog",
         "",
-        "What the next GPU window trains, most valuable first: the reruns the pilots chose (`pilots.RERUNS`), the "
+        "What the next GPU window trains, most valuable first: the `cpu` runs lost with a machine's cache "
+        "(`pilots.RUNS_LOST`), the reruns the pilots chose (`pilots.RERUNS`), the "
         "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), the pilots over it (`pilots.ON_GPU`), "
         "then the `gpu` presets. A `gpu` preset "
         "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
@@ -116,7 +117,9 @@ def backlog_markdown(root: Path) -> str:
     ]
     for n, (element_id, preset, overrides) in enumerate(BACKLOG, 1):
         what = (
-            "rerun at the pilot's scale"
+            "cpu runs lost with a machine's cache"
+            if preset == "cpu" and element_id in RUNS_LOST
+            else "rerun at the pilot's scale"
             if preset == "cpu" and element_id in RERUNS
             else "cpu design over the CPU budget"
             if preset == "cpu" and element_id in OVER_CPU_BUDGET
