@@ -10,7 +10,6 @@ import pytest
 from gradalign.experiments import get
 from gradalign.experiments.units import units_of
 from gradalign.gpu_sizing import committed_times, hardware_class, median_ratio, run_seconds, speedups, unit_minutes
-from gradalign.pilots import RERUNS
 from gradalign.run_unit import entry_path, write_entry
 
 CPU = "CPU: AMD EPYC, 1 thread of 2 cores"
@@ -20,7 +19,7 @@ GPU = "NVIDIA H100 80GB HBM3 (CUDA 13.0)"
 @pytest.fixture(scope="module")
 def units():
     """Table 3's rerun units: by method, seeds 0-2 (the same settings but for the seed)."""
-    found = units_of("sgr.tab3", get("sgr.tab3").resolve("cpu", RERUNS["sgr.tab3"]))
+    found = units_of("sgr.tab3", get("sgr.tab3").resolve("cpu"))  # the calibrated 60-epoch rerun
     return {m: [u for u in found if u.label.startswith(m) and "resnet32" in u.label] for m in ("Layer", "Refo", "SGR")}
 
 
@@ -82,7 +81,7 @@ def test_the_backlog_page_sizes_units_from_committed_times(tmp_path, units):
     _write(tmp_path / "runs", units["Layer"][1], GPU, 150.0)
     text = backlog_markdown(tmp_path)
     assert "**4.0×** (range 4.0–4.0×, sgr.local" in text
-    row = next(line for line in text.splitlines() if line.startswith("| 1 |"))  # Table 3's rerun: seed 2 is left
-    assert "`sgr.tab3`" in row and "| 2 of 18 | 2.5 (2.5–2.5; measured; 1 of 16 timed) |" in row
+    row = next(line for line in text.splitlines() if "`sgr.tab3` | `gpu`" in line)  # layer-wise ResNet: seeds 2-4 left
+    assert "| 2 of 30 | 2.5 (2.5–2.5; measured; 3 of 28 timed) |" in row
     empty = backlog_markdown(tmp_path / "nothing")
     assert "not timed" in empty and "No run has been trained both" in empty

@@ -63,7 +63,7 @@ def test_table7_pilot_is_the_first_seed_of_its_rerun_and_waits_for_a_gpu_window(
     assert ("sgr.tab7", "cpu", pilot.overrides) in BACKLOG and "sgr.tab7" in pilots.ON_GPU
     assert pilots.is_pilot("sgr.tab7", "cpu", pilot.overrides)  # a window commits its runs, assembles no record
     assert not pilots.is_pilot("sgr.tab7", "gpu", pilot.overrides)
-    assert not pilots.is_pilot("sgr.tab3", "cpu", pilots.RERUNS["sgr.tab3"])  # a rerun's record is the point
+    assert not pilots.is_pilot("sgr.tab6", "cpu", pilots.RERUNS["sgr.tab6"])  # a rerun's record is the point
 
 
 def test_pilots_over_the_budget_train_here_only_when_asked(monkeypatch, capsys):
@@ -99,26 +99,29 @@ def test_a_rerun_so_far_compares_only_arms_with_every_seed(tmp_path, monkeypatch
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda x: shown.append(getattr(x, "data", x)))
     monkeypatch.setattr("matplotlib.pyplot.show", lambda: None)
-    units = units_of("sgr.tab3", get("sgr.tab3").resolve("cpu", pilots.RERUNS["sgr.tab3"]))
-    resnet = [u for u in units if u.spec["network"] == "resnet32"]
+    units = units_of("sgr.tab6", get("sgr.tab6").resolve("cpu", pilots.RERUNS["sgr.tab6"]))
+    k16 = [u for u in units if u.spec["method"]["modules"] == 16]
 
     def commit(method, finals, term):
-        for unit, final in zip([u for u in resnet if u.spec["method"]["method"] == method], finals):
+        for unit, final in zip([u for u in k16 if u.spec["method"]["method"] == method], finals):
             history = {"epoch": [1, 2, 3, 4, 5], "test_acc": [50.0, 70.0, 80.0, 80.1, final], "sgr": [1.0] * 4 + [term]}
             write_entry(tmp_path, unit, {"history": history}, {"hardware": "test", "wall_time_s": 60.0})
 
-    commit("layerwise", [80.0, 80.5, 81.0], 1.0)
+    commit("greedy", [80.0, 80.5, 81.0], 1.0)
     commit("sgr", [82.0, 82.5], 0.3)  # two of three seeds: shown, not compared
-    rerun_view("sgr.tab3")
-    assert "5 of 18 runs committed" in shown[0] and not any("Interim" in str(s) for s in shown)
+    rerun_view("sgr.tab6", "greedy")
+    assert "5 of 39 runs committed" in shown[0] and not any("Interim" in str(s) for s in shown)
     commit("sgr", [82.0, 82.5, 83.0], 0.3)
     shown.clear()
-    rerun_view("sgr.tab3")
+    rerun_view("sgr.tab6", "greedy")
     interim = next(s for s in shown if "Interim" in str(s))
-    assert "SGR − layer-wise = +2.00 ± 0.41 SE points (SGR above layer-wise)" in interim
-    assert "SGR's term / layer-wise's = 0.30 (the precondition asks ≤ 0.5: met)" in interim
+    assert "K = 16: SGR − Greedy = +2.00 ± 0.41 SE points (SGR above Greedy)" in interim
+    assert "SGR's term / Greedy's = 0.30 (the precondition asks ≤ 0.5: met)" in interim
     commit("sgr", [80.0, 80.5, 81.0], 0.9)  # no gain, and the term did not fall
     shown.clear()
-    rerun_view("sgr.tab3")
+    rerun_view("sgr.tab6", "greedy")
     interim = next(s for s in shown if "Interim" in str(s))
-    assert "(SGR within 2 SE of layer-wise)" in interim and "= 0.90 (the precondition asks ≤ 0.5: not met)" in interim
+    assert "(SGR within 2 SE of Greedy)" in interim and "= 0.90 (the precondition asks ≤ 0.5: not met)" in interim
+    shown.clear()
+    rerun_view("sgr.tab6")  # no layer-wise arm in Table 6: nothing to compare with
+    assert not any("Interim" in str(s) for s in shown)

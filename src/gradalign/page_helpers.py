@@ -174,11 +174,12 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
         )
 
 
-def rerun_view(element: str) -> None:
+def rerun_view(element: str, reference: str = "layerwise") -> None:
     """An SGR local-BP rerun so far (`pilots.RERUNS[element]` at `cpu`): its committed runs by network, method and
-    K, and, where an arm has all its seeds, SGR against layer-wise training (difference ± SE) and SGR's term against
-    layer-wise training's (the mechanism-active precondition). Not a record: no verdict is drawn until every run
-    is committed and the record assembled from them."""
+    K, where each was trained, and, where an arm has all its seeds, SGR against the `reference` arm at the same K
+    (difference ± SE) and SGR's term against the reference's (the mechanism-active precondition: layer-wise training
+    for Table 3, Greedy for Table 6, as `validity`). Not a record: no verdict is drawn until every run is committed
+    and the record assembled from them."""
     import matplotlib.pyplot as plt
     import pandas as pd
     from IPython.display import Markdown, display
@@ -187,9 +188,10 @@ def rerun_view(element: str) -> None:
     from gradalign.experiments.seed_stats import difference, stats
     from gradalign.experiments.sgr.validity import ACTIVE_RATIO, TOLERANCE
     from gradalign.experiments.units import units_of
+    from gradalign.gpu_sizing import hardware_class
     from gradalign.methods.local import TITLES
     from gradalign.pilots import RERUNS, stored_units
-    from gradalign.plotting import METHOD_COLORS, panels
+    from gradalign.plotting import METHOD_COLORS, SMALL_PT, panels
 
     def arm(spec: dict) -> tuple:
         return spec["network"], spec["method"]["method"], spec["method"]["modules"]
@@ -211,11 +213,13 @@ def rerun_view(element: str) -> None:
         term = stats([r["history"]["sgr"][-1] for r in ready])
         if len(ready) == len(runs):
             full[(net, method, k)] = (acc, term)
+        where = [hardware_class(r["hardware"] or "") or "other" for r in ready]
         table[(network_title(net), f"{TITLES[method]}, K = {k}")] = {
             "seeds": f"{len(ready)} of {len(runs)}",
             "final test accuracy (%)": mean_std_cell(acc),
             "finished learning": f"{sum(bool(r['finished']) for r in ready)} of {len(ready)}",
             "SGR term, last epoch": f"{term['mean']:.2e}",
+            "trained on": ", ".join(f"{where.count(c)} {c.upper()}" for c in dict.fromkeys(where)),
             "minutes per run": round(sum(r["wall_time_s"] for r in ready) / len(ready) / 60, 1),
         }
     if not table:
@@ -223,32 +227,32 @@ def rerun_view(element: str) -> None:
     display(pd.DataFrame(table).T)
     lines = []
     for (net, method, k), (acc, term) in full.items():
-        if method != "sgr" or (net, "layerwise", k) not in full:
+        if method != "sgr" or (net, reference, k) not in full:
             continue
-        other_acc, other_term = full[(net, "layerwise", k)]
-        d = difference(acc, other_acc)
+        other_acc, other_term = full[(net, reference, k)]
+        d, name = difference(acc, other_acc), {"layerwise": "layer-wise"}.get(reference, TITLES[reference])
         word = "above" if d["diff"] > 2 * d["se"] else "below" if d["diff"] < -2 * d["se"] else "within 2 SE of"
         ratio = term["mean"] / other_term["mean"]
         lines.append(
-            f"- {network_title(net)}, K = {k}: SGR − layer-wise = {d['diff']:+.2f} ± {d['se']:.2f} SE points "
-            f"(SGR {word} layer-wise); SGR's term / layer-wise's = {ratio:.2f} (the precondition asks ≤ "
+            f"- {network_title(net)}, K = {k}: SGR − {name} = {d['diff']:+.2f} ± {d['se']:.2f} SE points "
+            f"(SGR {word} {name}); SGR's term / {name}'s = {ratio:.2f} (the precondition asks ≤ "
             f"{ACTIVE_RATIO:g}: {'met' if ratio <= ACTIVE_RATIO else 'not met'})."
         )
     if lines:
         display(Markdown("Interim, from the arms whose seeds are all committed:\n\n" + "\n".join(lines)))
-    networks = list(dict.fromkeys(net for (net, _, _), runs in groups.items() if any(r["done"] for r in runs)))
-    fig, axes = panels(len(networks), columns=min(2, len(networks)), height=2.8)
-    for ax, net in zip(fig.axes, networks):
-        for (n, method, k), runs in groups.items():
+    shown = list(dict.fromkeys((net, k) for (net, _, k), runs in groups.items() if any(r["done"] for r in runs)))
+    fig, axes = panels(len(shown), columns=min(2, len(shown)), height=2.8)
+    for ax, (net, k) in zip(fig.axes, shown):
+        for (n, method, modules), runs in groups.items():
             ready = [r for r in runs if r["done"]]
-            if n != net or not ready:
+            if (n, modules) != (net, k) or not ready:
                 continue
             length = min(len(r["curve"]) for r in ready)
             mean = [sum(r["curve"][i] for r in ready) / len(ready) for i in range(length)]
             label = f"{TITLES[method]} ({len(ready)} seed{'s' if len(ready) > 1 else ''})"
             ax.plot(ready[0]["x"][:length], mean, color=METHOD_COLORS.get(method), label=label)
-        ax.set(title=network_title(net), xlabel="epoch", ylabel="test accuracy (%), mean over seeds")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.set(title=f"{network_title(net)}, K = {k}", xlabel="epoch", ylabel="test accuracy (%), mean over seeds")
+        ax.legend(loc="lower right", fontsize=SMALL_PT)
     plt.show()
 
 

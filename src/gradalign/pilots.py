@@ -130,19 +130,15 @@ PILOTS = {
 
 
 RERUNS: dict[str, dict] = {
-    # the 30-epoch pilot: SGR finished learning (73.3 %), layer-wise (81.1 %) and reforward (82.1 %) still gained
-    # more than 0.5 points over their last 6 epochs: the rerun's next candidate doubles the epochs (not yet piloted)
-    "sgr.tab3": {
-        **CALIBRATED,
-        "protocol.epochs": 60,
-    },
+    # Table 6 at Table 3's cpu scale (the calibrated λ, 60 epochs: Table 3's rerun, now its `cpu` preset), with the
+    # paper's K = 3 added (issue 28): its SGR runs at K = 16 are Table 3's
+    "sgr.tab6": {**CALIBRATED, "protocol.epochs": 60, "splits": [16, 3, 2]},
 }
-# Table 6 at Table 3's rerun scale, with the paper's K = 3 added (issue 28): its SGR runs at K = 16 are Table 3's
-RERUNS["sgr.tab6"] = {**RERUNS["sgr.tab3"], "splits": [16, 3, 2]}
 """Each element's full rerun at its pilot's candidate scale (every network, label count and family, 3 seeds), as
 overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`) or a GPU window
 (`gpu_window.BACKLOG`) trains next, and what becomes the `cpu` preset once its runs are committed and the pilot
-held. The meta-gradient elements' reruns are their `cpu` presets now (`ssl_runs.CPU_FITS`)."""
+held. Table 3's rerun (60 epochs at the calibrated λ) and the meta-gradient elements' reruns are their `cpu` presets
+now (`local_bp.TABLE3_CPU`, `ssl_runs.CPU_FITS`)."""
 
 
 ON_GPU: tuple[str, ...] = ("sgr.tab7",)
