@@ -328,3 +328,21 @@ def test_skip_leaves_out_the_elements_another_machine_trains():
     assert len(REAL) - len(kept) == sum(e == "sgr.tab6" for e, _, _ in REAL) == 2  # the rerun and the gpu preset
     with pytest.raises(ConfigError, match="not in the GPU backlog"):
         without(REAL, ["sgr.tab3", "sgr.tab9"])
+
+
+def test_a_unit_an_earlier_window_saw_diverge_is_not_trained_again(tmp_path, monkeypatch):
+    """Window 1's diverged units come home in its report; window 2, on a machine with that checkout, lists them as
+    diverged before, trains none of them, and goes on to the assembly, which reruns them (here it diverges: no
+    record, reported)."""
+    _machine(monkeypatch, tmp_path, "gpu")
+    monkeypatch.setenv("GRADALIGN_THREADS", "1")
+    backlog = (("sgr.fig2", "cpu", {**TINY, "protocol.lr": 1e6}),)
+    first = gpu_window(5, tmp_path / "out", backlog, device="cpu", bench=False, workers=2, echo=lambda _: None)
+    assert sum(u["status"].startswith("diverged: ") for u in first.units) == 6
+    home = tmp_path / "home"
+    assert not import_window(tmp_path / "out", home).refused
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(home))
+    second = gpu_window(5, tmp_path / "out2", backlog, device="cpu", bench=False, workers=2, echo=lambda _: None)
+    statuses = [u["status"] for u in second.units]
+    assert statuses.count("diverged in an earlier window") == 6
+    assert any(s.startswith("no record: ") and "diverged" in s for s in statuses) and not second.left

@@ -10,7 +10,8 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
    finished entry is committed to the checkout's `results/runs/` (`run_unit`), and once an experiment's units are
    all there its record is assembled (`runner.run`; a pilot's runs make no record). A unit the box stops keeps its
    checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried in the
-   checkout) are read, not trained: a window continues where the last one stopped.
+   checkout) are read, not trained: a window continues where the last one stopped. A unit an earlier window reported
+   diverged (`window_report.diverged_before`) is not trained again; its experiment's assembly reruns it.
 
 Everything the window finished is written to `--out` as it goes, in `bundle_files` (at most `MAX_FILES`, each
 under `MAX_FILE_BYTES`): `window.json` (what ran, each unit's wall time and hardware, what is left),
@@ -261,8 +262,9 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
     from gradalign.runtime import threads_from_env
     from gradalign.timebox import TimeBoxSpent, seconds_left
     from gradalign.window_pool import train_in_pool
+    from gradalign.window_report import diverged_before
 
-    runs, items, jobs = store.root / "runs", [], []
+    runs, items, jobs, diverged = store.root / "runs", [], [], diverged_before(store.root)
     for element_id, preset, overrides in backlog:
         try:
             units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
@@ -271,18 +273,22 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
             continue
         items.append((element_id, preset, overrides, units))
         for unit in units:
-            if read_entry(runs, unit) is None:
-                if all(u.key != unit.key or u.kind != unit.kind for _, _, u in jobs):  # two items may share a run
-                    jobs.append((element_id, preset, unit))
-            else:
+            if read_entry(runs, unit) is not None:
                 window.units.append(unit_row(element_id, preset, unit, status="committed before"))
+            elif (unit.kind, unit.key) in diverged:
+                window.units.append(unit_row(element_id, preset, unit, status="diverged in an earlier window"))
+            elif all(u.key != unit.key or u.kind != unit.kind for _, _, u in jobs):  # two items may share a run
+                jobs.append((element_id, preset, unit))
     deadline = time.monotonic() + seconds_left()
     for done, row in enumerate(train_in_pool(jobs, runs, deadline, window.workers, threads_from_env(), meanwhile), 1):
         window.units.append(row)
+        if row["status"].startswith("diverged"):
+            diverged.add((row["kind"], row["key"]))
         echo(f"gpu-window: [{done}/{len(jobs)}] {row['label']}: {row['status']} ({row.get('seconds', 0):.0f} s)")
         writer.write()
     for element_id, preset, overrides, units in items:
-        if not all(read_entry(runs, unit) is not None for unit in units) or not _box_open():
+        settled = [read_entry(runs, unit) is not None or (unit.kind, unit.key) in diverged for unit in units]
+        if not all(settled) or not _box_open():  # a diverged unit: the assembly reruns it, as its experiment reads it
             window.left.append(f"{element_id} [{preset}]")
             continue
         if is_pilot(element_id, preset, overrides):

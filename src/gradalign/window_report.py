@@ -30,6 +30,18 @@ def stored_windows(root: Path) -> tuple[list[dict], list[str]]:
     return sorted(reports, key=lambda r: str(r.get("began", ""))), bad
 
 
+def diverged_before(root: Path) -> set[tuple[str, str]]:
+    """(kind, key) of every unit that an earlier window reported diverged, from the reports under `root/windows/`
+    that check: a window does not train them again (a record's assembly reruns them, as its experiment reads a
+    divergence)."""
+    return {
+        (unit["kind"], unit["key"])
+        for report in stored_windows(root)[0]
+        for unit in report.get("units", [])
+        if str(unit.get("status", "")).startswith("diverged") and "key" in unit and "kind" in unit
+    }
+
+
 def unit_times(report: dict) -> dict[tuple[str, str], list[float]]:
     """(element, preset) -> wall seconds of each unit the window finished."""
     times = defaultdict(list)
