@@ -140,7 +140,7 @@ def test_cuda_peak_memory_falls_with_more_modules():
     # differ by about 11 % (152 and 135 MiB at batch 64), but on an H100 (window of 2026-11-26) the real peaks were
     # 169.1 (K = 1), 170.1 (K = 2), 166.0 (K = 3) and 98.0 MiB (K = 16): K = 2's local head and cuDNN's workspaces
     # take back that saving, so K = 2 is held only to within 2 % of K = 1; K = 16 must save well over a third
-    assert peak[2] <= 1.02 * peak[1], peak
+    assert peak[16] < peak[2] <= 1.02 * peak[1], peak
     assert peak[16] < 0.6 * peak[1], peak
     saved = step_activation_memory(model, 1, x, y)["peak_bytes"]
     assert peak[1] >= 0.5 * saved, (peak, saved)  # the real peak holds at least most of the saved activations

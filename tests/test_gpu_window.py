@@ -316,6 +316,7 @@ def test_two_backlog_items_that_share_runs_train_each_run_once(tmp_path, monkeyp
     monkeypatch.setenv("GRADALIGN_THREADS", "1")
     window = gpu_window(5, tmp_path / "out", BACKLOG * 2, device="cpu", bench=False, workers=2, echo=lambda _: None)
     assert sum(u["status"] == "finished" for u in window.units) == 6
+    assert sum(u["status"] == "trained for sgr.fig2" for u in window.units) == 6  # the second item's rows
     assert len(window.records) == 2 and not window.stopped
 
 
@@ -332,8 +333,7 @@ def test_skip_leaves_out_the_elements_another_machine_trains():
 
 def test_a_unit_an_earlier_window_saw_diverge_is_not_trained_again(tmp_path, monkeypatch):
     """Window 1's diverged units come home in its report; window 2, on a machine with that checkout, lists them as
-    diverged before, trains none of them, and goes on to the assembly, which reruns them (here it diverges: no
-    record, reported)."""
+    diverged before, trains none of them and leaves the experiment, saying why; a one-worker window likewise."""
     _machine(monkeypatch, tmp_path, "gpu")
     monkeypatch.setenv("GRADALIGN_THREADS", "1")
     backlog = (("sgr.fig2", "cpu", {**TINY, "protocol.lr": 1e6}),)
@@ -344,5 +344,8 @@ def test_a_unit_an_earlier_window_saw_diverge_is_not_trained_again(tmp_path, mon
     monkeypatch.setenv("GRADALIGN_RESULTS", str(home))
     second = gpu_window(5, tmp_path / "out2", backlog, device="cpu", bench=False, workers=2, echo=lambda _: None)
     statuses = [u["status"] for u in second.units]
-    assert statuses.count("diverged in an earlier window") == 6
-    assert any(s.startswith("no record: ") and "diverged" in s for s in statuses) and not second.left
+    assert statuses.count("diverged in an earlier window") == 6 and not second.records
+    assert second.left == ["sgr.fig2 [cpu] (6 unit(s) diverged)"]
+    serial = gpu_window(5, tmp_path / "out3", backlog, device="cpu", bench=False, echo=lambda _: None)
+    assert serial.units[0]["status"].endswith("diverged in an earlier window (not trained again)")
+    assert not any(u["status"] == "finished" for u in serial.units)

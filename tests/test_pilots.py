@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gradalign import pilots
+from gradalign.atomic import content_digest, write_json_atomically
 from gradalign.experiments import reference
 from gradalign.run_unit import write_entry
 
@@ -96,6 +97,7 @@ def test_a_rerun_so_far_compares_only_arms_with_every_seed(tmp_path, monkeypatch
     from gradalign.page_helpers import rerun_view
 
     monkeypatch.setattr(pilots, "_committed", lambda: tmp_path)
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "home"))  # its windows/: none yet
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda x: shown.append(getattr(x, "data", x)))
     monkeypatch.setattr("matplotlib.pyplot.show", lambda: None)
@@ -123,5 +125,11 @@ def test_a_rerun_so_far_compares_only_arms_with_every_seed(tmp_path, monkeypatch
     interim = next(s for s in shown if "Interim" in str(s))
     assert "(SGR within 2 SE of Greedy)" in interim and "= 0.90 (the precondition asks ≤ 0.5: not met)" in interim
     shown.clear()
-    rerun_view("sgr.tab6")  # no layer-wise arm in Table 6: nothing to compare with
-    assert not any("Interim" in str(s) for s in shown)
+    rerun_view("sgr.tab6", "layerwise")  # no layer-wise arm in Table 6: nothing to compare with
+    assert not any("Interim" in str(s) for s in shown) and not any("Diverged" in str(s) for s in shown)
+    sgr3 = next(u for u in units if u.spec["method"]["method"] == "sgr" and u.spec["method"]["modules"] == 3)
+    report = {"began": "2026-11-26T00:00:00", "units": [{"kind": sgr3.kind, "key": sgr3.key, "status": "diverged: x"}]}
+    write_json_atomically(tmp_path / "home" / "windows" / "w.json", {**report, "digest": content_digest(report)})
+    shown.clear()
+    rerun_view("sgr.tab6", "greedy")
+    assert any(f"not trained again: {sgr3.label}." in str(s) for s in shown)

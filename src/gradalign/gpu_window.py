@@ -11,7 +11,8 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
    all there its record is assembled (`runner.run`; a pilot's runs make no record). A unit the box stops keeps its
    checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried in the
    checkout) are read, not trained: a window continues where the last one stopped. A unit an earlier window reported
-   diverged (`window_report.diverged_before`) is not trained again; its experiment's assembly reruns it.
+   diverged (`window_report.diverged_before`) is not trained again: its experiment is left for a sitting to assemble
+   (Table 4 reads a divergence as a result) or for a decision (most experiments stop on one).
 
 Everything the window finished is written to `--out` as it goes, in `bundle_files` (at most `MAX_FILES`, each
 under `MAX_FILE_BYTES`): `window.json` (what ran, each unit's wall time and hardware, what is left),
@@ -215,7 +216,9 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
     from gradalign.run_unit import committed_runs, read_entry, runs_read
     from gradalign.runner import run
     from gradalign.timebox import TimeBoxSpent
+    from gradalign.window_report import diverged_before
 
+    diverged = diverged_before(store.root)
     for index, (element_id, preset, overrides) in enumerate(backlog):
         cfg = get(element_id).resolve(preset, overrides)
         try:
@@ -223,6 +226,8 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                 for unit in units_of(element_id, cfg):
                     if not _box_open():
                         raise TimeBoxSpent(f"the window's time box closed before {unit.label}")
+                    if (unit.kind, unit.key) in diverged and read_entry(store.root / "runs", unit) is None:
+                        raise DivergenceError(f"{unit.label} diverged in an earlier window (not trained again)")
                     start, there = time.monotonic(), read_entry(store.root / "runs", unit) is not None
                     with committed_runs(store.root / "runs", write=True):
                         unit.run()
@@ -277,7 +282,9 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
                 window.units.append(unit_row(element_id, preset, unit, status="committed before"))
             elif (unit.kind, unit.key) in diverged:
                 window.units.append(unit_row(element_id, preset, unit, status="diverged in an earlier window"))
-            elif all(u.key != unit.key or u.kind != unit.kind for _, _, u in jobs):  # two items may share a run
+            elif shared := next((e for e, _, u in jobs if (u.kind, u.key) == (unit.kind, unit.key)), None):
+                window.units.append(unit_row(element_id, preset, unit, status=f"trained for {shared}"))
+            else:
                 jobs.append((element_id, preset, unit))
     deadline = time.monotonic() + seconds_left()
     for done, row in enumerate(train_in_pool(jobs, runs, deadline, window.workers, threads_from_env(), meanwhile), 1):
@@ -287,9 +294,9 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         echo(f"gpu-window: [{done}/{len(jobs)}] {row['label']}: {row['status']} ({row.get('seconds', 0):.0f} s)")
         writer.write()
     for element_id, preset, overrides, units in items:
-        settled = [read_entry(runs, unit) is not None or (unit.kind, unit.key) in diverged for unit in units]
-        if not all(settled) or not _box_open():  # a diverged unit: the assembly reruns it, as its experiment reads it
-            window.left.append(f"{element_id} [{preset}]")
+        if not all(read_entry(runs, unit) is not None for unit in units) or not _box_open():
+            lost = sum((unit.kind, unit.key) in diverged for unit in units)
+            window.left.append(f"{element_id} [{preset}]" + (f" ({lost} unit(s) diverged)" if lost else ""))
             continue
         if is_pilot(element_id, preset, overrides):
             continue  # a pilot's runs: its page reads them, no record

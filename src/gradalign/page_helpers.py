@@ -174,12 +174,12 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
         )
 
 
-def rerun_view(element: str, reference: str = "layerwise") -> None:
+def rerun_view(element: str, reference: str) -> None:
     """An SGR local-BP rerun so far (`pilots.RERUNS[element]` at `cpu`): its committed runs by network, method and
-    K, where each was trained, and, where an arm has all its seeds, SGR against the `reference` arm at the same K
-    (difference ± SE) and SGR's term against the reference's (the mechanism-active precondition: layer-wise training
-    for Table 3, Greedy for Table 6, as `validity`). Not a record: no verdict is drawn until every run is committed
-    and the record assembled from them."""
+    K, where each was trained, the runs a GPU window saw diverge, and, where an arm has all its seeds, SGR against
+    the `reference` arm at the same K (difference ± SE) and SGR's term against the reference's (the mechanism-active
+    precondition's reference, as `validity`: Greedy for Table 6). Not a record: no verdict is drawn until every run
+    is committed and the record assembled from them."""
     import matplotlib.pyplot as plt
     import pandas as pd
     from IPython.display import Markdown, display
@@ -190,6 +190,8 @@ def rerun_view(element: str, reference: str = "layerwise") -> None:
     from gradalign.experiments.units import units_of
     from gradalign.gpu_sizing import hardware_class
     from gradalign.methods.local import TITLES
+    from gradalign.store_root import results_root
+    from gradalign.window_report import diverged_before
     from gradalign.pilots import RERUNS, stored_units
     from gradalign.plotting import METHOD_COLORS, SMALL_PT, panels
 
@@ -204,6 +206,16 @@ def rerun_view(element: str, reference: str = "layerwise") -> None:
         groups.setdefault(row["arm"], []).append(row)
     done = sum(r["done"] for r in rows)
     display(Markdown(f"**{element}'s rerun so far:** {done} of {len(rows)} runs committed (`pilots.RERUNS`)."))
+    diverged = {key for _, key in diverged_before(results_root())}
+    lost = [r["label"] for r in rows if not r["done"] and r["key"] in diverged]
+    if lost:
+        display(
+            Markdown(
+                f"Diverged in a GPU window, not trained again: {', '.join(lost)}. The experiment stops on a "
+                "diverged run, so its record waits on a decision about them (a lower rate, or the divergence "
+                "counted as a result)."
+            )
+        )
     table, full = {}, {}
     for (net, method, k), runs in groups.items():
         ready = [r for r in runs if r["done"]]
@@ -220,7 +232,7 @@ def rerun_view(element: str, reference: str = "layerwise") -> None:
             "finished learning": f"{sum(bool(r['finished']) for r in ready)} of {len(ready)}",
             "SGR term, last epoch": f"{term['mean']:.2e}",
             "trained on": ", ".join(f"{where.count(c)} {c.upper()}" for c in dict.fromkeys(where)),
-            "minutes per run": round(sum(r["wall_time_s"] for r in ready) / len(ready) / 60, 1),
+            "minutes per run (mean)": round(sum(r["wall_time_s"] for r in ready) / len(ready) / 60, 1),
         }
     if not table:
         return

@@ -228,7 +228,8 @@ def table7(cfg: Table7Config, device) -> dict:
 # --- presets -----------------------------------------------------------------------------------------------
 
 SHARED_CPU = {"width": 0.25, "n_train": 6400, "n_test": 2000, "seeds": 3, "protocol.epochs": 8}
-SHARED = {  # Tables 3 and 6 share these, so that their ResNet-32 SGR runs at K = 16 are the same stored runs
+SHARED = {  # Tables 3 and 6 share these at gpu (at cpu: TABLE3_CPU and Table 6's rerun, `pilots.RERUNS`), so that
+    # their ResNet-32 SGR runs at K = 16 are the same stored runs
     "cpu": SHARED_CPU,
     # gpu: Table 3's cpu scale (the calibrated λ, 60 epochs) with 5 seeds, so that a window's first three seeds are
     # Table 3's cpu runs and Table 6's rerun's (`pilots.RERUNS`). Estimated by hand from the stored times: 16
@@ -247,8 +248,10 @@ SHARED = {  # Tables 3 and 6 share these, so that their ResNet-32 SGR runs at K 
 }
 PAPER = {"datasets": ("cifar10",), "width": 1.0, "n_train": 0, "n_test": 0, "seeds": 3, "protocol.epochs": 200}
 
-# Table 3 at cpu: the rerun its pilot chose (issue 28), committed in full: the calibrated λ (`sgr.lam`) and 60 epochs,
-# twice the pilot's 30, after which layer-wise and reforward still gained more than half a point over their last 6
+# Table 3 at cpu: the rerun its pilot chose (issue 28), its 18 runs committed: the calibrated λ (`sgr.lam`) and 60
+# epochs, twice the pilot's 30, after which layer-wise and reforward still gained more than half a point over their
+# last 6 (SGR had finished). About 7.5 hours of one thread (SGR 40 min a run), over the two-core budget: trained here
+# over three sittings, two runs at a time
 TABLE3_CPU = {**SHARED_CPU, **CALIBRATED, "protocol.epochs": 60}
 TABLE3_PRESETS = {**SHARED, "cpu": TABLE3_CPU, "smoke": {**SHARED["smoke"], "modules": 3}, "paper": PAPER}
 TABLE6_PRESETS = {
