@@ -6,7 +6,8 @@ belongs (`<results>/runs/<kind>/<key>.json`, `<results>/<part>/<id>/<preset>-<ha
 is refused and reported, never placed. The checkpoints of runs the window's box stopped go to the checkout's
 git-ignored `window-carry/` (`window_carry`), for the next window to resume. The quick benchmark records are shown,
 not stored (quick sizes are a code-path check). The command says what it added; commit it as produced, never edited
-by hand.
+by hand. The kept reports are read back here too (`stored_windows`, `diverged_before`): for the compute page, and
+so that a later window does not retrain a unit an earlier one saw diverge.
 """
 
 from __future__ import annotations
@@ -181,3 +182,31 @@ def _bench_line(name: str, record: object) -> str:
     ratios = {k: v for k, v in measured.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     shown = ", ".join(f"{k} {v:.3g}" for k, v in list(ratios.items())[:4])
     return f"{name} on {record.get('device_kind')}: {shown or 'no ratios'} (quick sizes: not stored)"
+
+
+def stored_windows(root: Path) -> tuple[list[dict], list[str]]:
+    """The window reports under `root/windows/` in date order, and one line for each that does not check."""
+    reports, bad = [], []
+    for path in sorted((root / "windows").glob("*.json")) if (root / "windows").is_dir() else []:
+        try:
+            report = read_json_strict(path)
+        except StoredJSONError as err:
+            bad.append(f"{path.name} {err}")
+            continue
+        if not isinstance(report, dict) or report.get("digest") != content_digest(report):
+            bad.append(f"{path.name}: its digest does not match its content (edited?); not shown")
+            continue
+        reports.append(report)
+    return sorted(reports, key=lambda r: str(r.get("began", ""))), bad
+
+
+def diverged_before(root: Path) -> set[tuple[str, str]]:
+    """(kind, key) of every unit that an earlier window reported diverged, from the reports under `root/windows/`
+    that check: a window does not train them again (a record's assembly reruns them, as its experiment reads a
+    divergence)."""
+    return {
+        (unit["kind"], unit["key"])
+        for report in stored_windows(root)[0]
+        for unit in report.get("units", [])
+        if str(unit.get("status", "")).startswith("diverged") and "key" in unit and "kind" in unit
+    }

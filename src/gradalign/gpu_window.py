@@ -11,7 +11,7 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
    all there its record is assembled (`runner.run`; a pilot's runs make no record). A unit the box stops keeps its
    checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried in the
    checkout) are read, not trained: a window continues where the last one stopped. A unit an earlier window reported
-   diverged (`window_report.diverged_before`) is not trained again: its experiment is left for a sitting to assemble
+   diverged (`gpu_import.diverged_before`) is not trained again: its experiment is left for a sitting to assemble
    (Table 4 reads a divergence as a result) or for a decision (most experiments stop on one).
 
 Everything the window finished is written to `--out` as it goes, in `bundle_files` (at most `MAX_FILES`, each
@@ -37,7 +37,7 @@ from gradalign.atomic import content_digest, read_json_strict, write_json_atomic
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST, is_pilot
 from gradalign.window_pool import unit_row
-from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE
+from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
@@ -216,7 +216,6 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
     from gradalign.run_unit import committed_runs, read_entry, runs_read
     from gradalign.runner import run
     from gradalign.timebox import TimeBoxSpent
-    from gradalign.window_report import diverged_before
 
     diverged = diverged_before(store.root)
     for index, (element_id, preset, overrides) in enumerate(backlog):
@@ -267,7 +266,6 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
     from gradalign.runtime import threads_from_env
     from gradalign.timebox import TimeBoxSpent, seconds_left
     from gradalign.window_pool import train_in_pool
-    from gradalign.window_report import diverged_before
 
     runs, items, jobs, diverged = store.root / "runs", [], [], diverged_before(store.root)
     for element_id, preset, overrides in backlog:

@@ -188,10 +188,10 @@ def rerun_view(element: str, reference: str) -> None:
     from gradalign.experiments.seed_stats import difference, stats
     from gradalign.experiments.sgr.validity import ACTIVE_RATIO, TOLERANCE
     from gradalign.experiments.units import units_of
+    from gradalign.gpu_import import diverged_before
     from gradalign.gpu_sizing import hardware_class
     from gradalign.methods.local import TITLES
     from gradalign.store_root import results_root
-    from gradalign.window_report import diverged_before
     from gradalign.pilots import RERUNS, stored_units
     from gradalign.plotting import METHOD_COLORS, SMALL_PT, panels
 

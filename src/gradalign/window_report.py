@@ -11,35 +11,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from gradalign.atomic import StoredJSONError, content_digest, read_json_strict
-
-
-def stored_windows(root: Path) -> tuple[list[dict], list[str]]:
-    """The window reports under `root/windows/` in date order, and one line for each that does not check."""
-    reports, bad = [], []
-    for path in sorted((root / "windows").glob("*.json")) if (root / "windows").is_dir() else []:
-        try:
-            report = read_json_strict(path)
-        except StoredJSONError as err:
-            bad.append(f"{path.name} {err}")
-            continue
-        if not isinstance(report, dict) or report.get("digest") != content_digest(report):
-            bad.append(f"{path.name}: its digest does not match its content (edited?); not shown")
-            continue
-        reports.append(report)
-    return sorted(reports, key=lambda r: str(r.get("began", ""))), bad
-
-
-def diverged_before(root: Path) -> set[tuple[str, str]]:
-    """(kind, key) of every unit that an earlier window reported diverged, from the reports under `root/windows/`
-    that check: a window does not train them again (a record's assembly reruns them, as its experiment reads a
-    divergence)."""
-    return {
-        (unit["kind"], unit["key"])
-        for report in stored_windows(root)[0]
-        for unit in report.get("units", [])
-        if str(unit.get("status", "")).startswith("diverged") and "key" in unit and "kind" in unit
-    }
+from gradalign.gpu_import import stored_windows
 
 
 def unit_times(report: dict) -> dict[tuple[str, str], list[float]]:
