@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from gradalign.atomic import content_digest, write_json_atomically
 from gradalign.experiments import get
 from gradalign.experiments.units import units_of
 from gradalign.gpu_sizing import committed_times, hardware_class, median_ratio, run_seconds, speedups, unit_minutes
@@ -83,5 +84,10 @@ def test_the_backlog_page_sizes_units_from_committed_times(tmp_path, units):
     assert "**4.0×** (range 4.0–4.0×, sgr.local" in text
     row = next(line for line in text.splitlines() if "`sgr.tab3` | `gpu`" in line)  # layer-wise ResNet: seeds 2-4 left
     assert "| 2 of 30 | 2.5 (2.5–2.5; measured; 3 of 28 timed) |" in row
+    sgr = units["SGR"][0]  # a window saw it diverge: not left to train, and said so
+    report = {"began": "2026-11-26T00:00:00", "units": [{"kind": sgr.kind, "key": sgr.key, "status": "diverged: x"}]}
+    write_json_atomically(tmp_path / "windows" / "w.json", {**report, "digest": content_digest(report)})
+    row = next(line for line in backlog_markdown(tmp_path).splitlines() if "`sgr.tab3` | `gpu`" in line)
+    assert "| 2 of 30 (1 diverged in a window, not retried) | 2.5 (2.5–2.5; measured; 3 of 27 timed) |" in row
     empty = backlog_markdown(tmp_path / "nothing")
     assert "not timed" in empty and "No run has been trained both" in empty

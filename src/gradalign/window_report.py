@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from gradalign.gpu_import import stored_windows
+from gradalign.gpu_import import diverged_before, stored_windows
 
 
 def unit_times(report: dict) -> dict[tuple[str, str], list[float]]:
@@ -86,6 +86,7 @@ def backlog_markdown(root: Path) -> str:
     from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, RERUNS, RUNS_LOST
     from gradalign.run_unit import read_entry
 
+    diverged = diverged_before(root)
     lines = [
         "## The GPU backlog",
         "",
@@ -112,8 +113,9 @@ def backlog_markdown(root: Path) -> str:
             else "gpu preset"
         )
         units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
-        left = [unit for unit in units if read_entry(root / "runs", unit) is None]
-        done = len(units) - len(left)
+        missing = [unit for unit in units if read_entry(root / "runs", unit) is None]
+        left = [unit for unit in missing if (unit.kind, unit.key) not in diverged]  # a window trains these
+        done, lost = len(units) - len(missing), len(missing) - len(left)
         minutes = unit_minutes(left, times)
         size = (
             f"{minutes.median:.1f} ({minutes.least:.1f}–{minutes.most:.1f}; {minutes.how}; {minutes.timed} of "
@@ -122,7 +124,8 @@ def backlog_markdown(root: Path) -> str:
             else "not timed"
         )
         size = size if left else "none left"
-        lines.append(f"| {n} | `{element_id}` | `{preset}` | {what} | {done} of {len(units)} | {size} |")
+        committed = f"{done} of {len(units)}" + (f" ({lost} diverged in a window, not retried)" if lost else "")
+        lines.append(f"| {n} | `{element_id}` | `{preset}` | {what} | {committed} | {size} |")
     return "\n".join(lines) + "\n"
 
 
