@@ -192,3 +192,20 @@ def test_a_bad_book_jobs_setting_is_refused(monkeypatch, value):
     monkeypatch.setenv("GRADALIGN_BOOK_JOBS", value)
     with pytest.raises(ConfigError, match="GRADALIGN_BOOK_JOBS must be a whole number"):
         book_jobs()
+
+
+def test_a_page_that_reads_committed_runs_is_executed_again_when_a_run_is_committed(tmp_path):
+    """sgr/02 shows Table 6's rerun so far from the committed runs (`rerun_view`): a new run changes its input key;
+    sgr/01 reads only records, so its key stays."""
+    from gradalign.book import input_key
+    from gradalign.results import ResultStore
+
+    store = ResultStore(tmp_path)
+    reads_runs, reads_records = (
+        project_root() / "notebooks" / "sgr" / name for name in ("02_local_bp.ipynb", "01_theory.ipynb")
+    )
+    before = input_key(reads_runs, "auto", store), input_key(reads_records, "auto", store)
+    (tmp_path / "runs" / "sgr.local").mkdir(parents=True)
+    (tmp_path / "runs" / "sgr.local" / "0123456789abcdef.json").write_text("{}")
+    after = input_key(reads_runs, "auto", store), input_key(reads_records, "auto", store)
+    assert after[0] != before[0] and after[1] == before[1]

@@ -40,6 +40,11 @@ a record with the plain commit.
 CELL_TIMEOUT_S = 1800  # a hung cell fails the build instead of stalling it
 
 
+RUN_READERS = ("pilot_view", "rerun_view", "table2_projection")
+"""The page helpers that read committed runs (and window reports) rather than records: a notebook that calls one
+is executed again when a run is committed, not only when a record changes."""
+
+
 def notebook_code(path: Path) -> str:
     import nbformat
 
@@ -64,6 +69,10 @@ def input_key(notebook: Path, preset: str, store: ResultStore) -> str:
         if exp.notebook == rel:
             for record in store.files(exp.id):
                 digest.update(str(record.name).encode() + record.read_bytes())
+    if any(f"{reader}(" in notebook_code(notebook) for reader in RUN_READERS):
+        for folder in ("runs", "windows"):  # entries are immutable once committed: their names tell what changed
+            names = sorted(p.relative_to(store.root).as_posix() for p in (store.root / folder).glob("**/*.json"))
+            digest.update("\n".join(names).encode())
     return digest.hexdigest()
 
 
