@@ -124,6 +124,10 @@ def test_a_rerun_so_far_compares_only_arms_with_every_seed(tmp_path, monkeypatch
     rerun_view("sgr.tab6", "greedy")
     interim = next(s for s in shown if "Interim" in str(s))
     assert "(SGR within 2 SE of Greedy)" in interim and "= 0.90 (the precondition asks ≤ 0.5: not met)" in interim
+    bp = [u for u in units if u.spec["method"]["method"] == "global_bp"]  # no SGR term at K = 1
+    for unit in bp:
+        history = {"epoch": [1, 2, 3, 4, 5], "test_acc": [50.0, 70.0, 80.0, 80.1, 85.0], "sgr": [None] * 5}
+        write_entry(tmp_path, unit, {"history": history}, {"hardware": "test", "wall_time_s": 60.0})
     shown.clear()
     rerun_view("sgr.tab6", "layerwise")  # no layer-wise arm in Table 6: nothing to compare with
     assert not any("Interim" in str(s) for s in shown) and not any("Diverged" in str(s) for s in shown)

@@ -222,7 +222,8 @@ def rerun_view(element: str, reference: str) -> None:
         if not ready:
             continue
         acc = stats([r["curve"][-1] for r in ready])
-        term = stats([r["history"]["sgr"][-1] for r in ready])
+        terms = [r["history"].get("sgr", [None])[-1] for r in ready]  # global BP has no SGR term (K = 1)
+        term = stats(terms) if None not in terms else None
         if len(ready) == len(runs):
             full[(net, method, k)] = (acc, term)
         where = [hardware_class(r["hardware"] or "") or "other" for r in ready]
@@ -230,7 +231,7 @@ def rerun_view(element: str, reference: str) -> None:
             "seeds": f"{len(ready)} of {len(runs)}",
             "final test accuracy (%)": mean_std_cell(acc),
             "finished learning": f"{sum(bool(r['finished']) for r in ready)} of {len(ready)}",
-            "SGR term, last epoch": f"{term['mean']:.2e}",
+            "SGR term, last epoch": "—" if term is None else f"{term['mean']:.2e}",
             "trained on": ", ".join(f"{where.count(c)} {c.upper()}" for c in dict.fromkeys(where)),
             "minutes per run (mean)": round(sum(r["wall_time_s"] for r in ready) / len(ready) / 60, 1),
         }
@@ -242,6 +243,8 @@ def rerun_view(element: str, reference: str) -> None:
         if method != "sgr" or (net, reference, k) not in full:
             continue
         other_acc, other_term = full[(net, reference, k)]
+        if term is None or other_term is None:
+            continue
         d, name = difference(acc, other_acc), {"layerwise": "layer-wise"}.get(reference, TITLES[reference])
         word = "above" if d["diff"] > 2 * d["se"] else "below" if d["diff"] < -2 * d["se"] else "within 2 SE of"
         ratio = term["mean"] / other_term["mean"]
