@@ -202,8 +202,7 @@ def stored_windows(root: Path) -> tuple[list[dict], list[str]]:
 
 def diverged_before(root: Path) -> set[tuple[str, str]]:
     """(kind, key) of every unit that an earlier window reported diverged, from the reports under `root/windows/`
-    that check: a window does not train them again (a record's assembly reruns them, as its experiment reads a
-    divergence)."""
+    that check: a window does not train them again, and leaves their experiments to a sitting or a decision."""
     return {
         (unit["kind"], unit["key"])
         for report in stored_windows(root)[0]

@@ -268,6 +268,7 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
     from gradalign.window_pool import train_in_pool
 
     runs, items, jobs, diverged = store.root / "runs", [], [], diverged_before(store.root)
+    queued: dict[tuple[str, str], str] = {}  # (kind, key) -> the item it is trained for: two items may share a run
     for element_id, preset, overrides in backlog:
         try:
             units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
@@ -280,9 +281,12 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
                 window.units.append(unit_row(element_id, preset, unit, status="committed before"))
             elif (unit.kind, unit.key) in diverged:
                 window.units.append(unit_row(element_id, preset, unit, status="diverged in an earlier window"))
-            elif shared := next((e for e, _, u in jobs if (u.kind, u.key) == (unit.kind, unit.key)), None):
-                window.units.append(unit_row(element_id, preset, unit, status=f"trained for {shared}"))
+            elif (unit.kind, unit.key) in queued:
+                window.units.append(
+                    unit_row(element_id, preset, unit, status=f"trained for {queued[unit.kind, unit.key]}")
+                )
             else:
+                queued[unit.kind, unit.key] = element_id
                 jobs.append((element_id, preset, unit))
     deadline = time.monotonic() + seconds_left()
     for done, row in enumerate(train_in_pool(jobs, runs, deadline, window.workers, threads_from_env(), meanwhile), 1):
