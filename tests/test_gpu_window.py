@@ -8,6 +8,8 @@ half a second each on two cores.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import subprocess
 import sys
@@ -349,3 +351,18 @@ def test_a_unit_an_earlier_window_saw_diverge_is_not_trained_again(tmp_path, mon
     serial = gpu_window(5, tmp_path / "out3", backlog, device="cpu", bench=False, echo=lambda _: None)
     assert serial.units[0]["status"].endswith("diverged in an earlier window (not trained again)")
     assert not any(u["status"] == "finished" for u in serial.units)
+
+
+def test_a_local_tables_unit_an_earlier_window_saw_diverge_is_trained_again():
+    """Its divergence is now its result (`divergence_is_a_result`): Table 6's rerun unit is retried; Table 4's MLP
+    runs (tuning moves to the next rate) and the λ pilot's (validation split) are not."""
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+    from gradalign.gpu_window import _retried
+    from gradalign.pilots import RERUNS
+
+    six = units_of("sgr.tab6", get("sgr.tab6").resolve("cpu", RERUNS["sgr.tab6"]))
+    assert all(_retried(u) for u in six)
+    assert not any(_retried(u) for u in units_of("sgr.fig2", get("sgr.fig2").resolve("cpu", TINY)))
+    pilot = six[0].spec | {"validation": 5000}  # the λ pilot's runs are read on held-out training images
+    assert not _retried(dataclasses.replace(six[0], spec=pilot))

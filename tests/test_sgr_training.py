@@ -119,6 +119,24 @@ def test_divergence_is_stored_as_a_failed_run_at_chance(monkeypatch):
     assert "diverged at step 4" in out["diverged"] and out["final_test_acc"] == 10.0
 
 
+def test_a_local_tables_run_stores_its_divergence_a_pilots_and_an_mlps_stop(monkeypatch):
+    """Tables 3, 6 and 7's final runs of a local method keep their divergence as the result (at chance on a NaN);
+    a pilot's run (validation split) and Table 4's MLP runs stop the command, as their tuning reads it."""
+    from gradalign.errors import DivergenceError
+
+    def nan_step(modules, heads, optimizers, x, y, settings):
+        return {"loss": torch.tensor(float("nan")), "acc": torch.tensor(0.0)}
+
+    monkeypatch.setitem(LOCAL_METHODS, "sgr", nan_step)
+    out = tl.train_local(spec("sgr", 3), data=synthetic())
+    assert "diverged at step 4" in out["diverged"] and out["final_test_acc"] == 10.0
+    with pytest.raises(DivergenceError, match="diverged at step 4"):
+        tl.train_local(spec("sgr", 3, validation=32), data=synthetic())
+    assert tl.divergence_is_a_result(spec("sgr", 3).to_dict()) and tl.divergence_is_a_result(spec("dgl", 2))
+    assert not tl.divergence_is_a_result(spec("sgr", 4, network="mlp4"))
+    assert tl.divergence_is_a_result(spec("global_bp", 1, network="mlp4"))  # Table 7's "fail", on any network
+
+
 def test_tables_3_and_6_share_the_resnet_sgr_runs():
     from gradalign.runcache import run_key
 

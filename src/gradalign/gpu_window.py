@@ -210,6 +210,14 @@ def _quick_bench(dev) -> dict:
     return records
 
 
+def _retried(unit) -> bool:
+    """A local-BP table's run, whose divergence is now its result (`training.local.divergence_is_a_result`): an
+    earlier window's divergence of it, under the old stop rule, does not keep it from training."""
+    from gradalign.training.local import RUN_KIND, divergence_is_a_result
+
+    return unit.kind == RUN_KIND and divergence_is_a_result(unit.spec)
+
+
 def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None:
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
@@ -225,7 +233,8 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                 for unit in units_of(element_id, cfg):
                     if not _box_open():
                         raise TimeBoxSpent(f"the window's time box closed before {unit.label}")
-                    if (unit.kind, unit.key) in diverged and read_entry(store.root / "runs", unit) is None:
+                    stopped = (unit.kind, unit.key) in diverged and not _retried(unit)
+                    if stopped and read_entry(store.root / "runs", unit) is None:
                         raise DivergenceError(f"{unit.label} diverged in an earlier window (not trained again)")
                     start, there = time.monotonic(), read_entry(store.root / "runs", unit) is not None
                     with committed_runs(store.root / "runs", write=True):
@@ -279,7 +288,7 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         for unit in units:
             if read_entry(runs, unit) is not None:
                 window.units.append(unit_row(element_id, preset, unit, status="committed before"))
-            elif (unit.kind, unit.key) in diverged:
+            elif (unit.kind, unit.key) in diverged and not _retried(unit):
                 window.units.append(unit_row(element_id, preset, unit, status="diverged in an earlier window"))
             elif (unit.kind, unit.key) in queued:
                 window.units.append(
@@ -297,7 +306,7 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         writer.write()
     for element_id, preset, overrides, units in items:
         if not all(read_entry(runs, unit) is not None for unit in units) or not _box_open():
-            lost = sum((unit.kind, unit.key) in diverged for unit in units)
+            lost = sum((unit.kind, unit.key) in diverged and not _retried(unit) for unit in units)
             window.left.append(f"{element_id} [{preset}]" + (f" ({lost} unit(s) diverged)" if lost else ""))
             continue
         if is_pilot(element_id, preset, overrides):
