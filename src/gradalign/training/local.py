@@ -27,8 +27,8 @@ run that diverges (as global BP may in a deep VGG, Table 7's "fail"), or a local
 Tables 3, 6 and 7 (`divergence_is_a_result`), trains on through a test accuracy back at chance, and on a NaN or
 an exploded loss is stored as failed at chance accuracy, with the step and the quantity. Any other divergence
 (NaN or Inf, an exploded loss, a test accuracy back at chance after it had learned: `divergence`) stops the run
-with a `DivergenceError`: nothing is cached or recorded. Inside a command's time box (`timebox`) a checkpointed run stops after the
-epoch where the box would overrun and raises `TimeBoxSpent` (`training.loop`).
+with a `DivergenceError`: nothing is cached or recorded. Inside a command's time box (`timebox`) a checkpointed
+run stops after the epoch where the box would overrun and raises `TimeBoxSpent` (`training.loop`).
 """
 
 from __future__ import annotations
