@@ -94,6 +94,32 @@ def test_import_refuses_an_edited_entry_and_record(tmp_path, monkeypatch):
     assert main(["import", str(tmp_path / "out"), "--results", str(tmp_path / "home2")]) == 1
 
 
+def test_import_keeps_a_committed_run_over_a_later_windows_copy(tmp_path, monkeypatch):
+    """A second window on the warm machine read its first's runs from the run cache and sent them back with
+    hardware "unknown": the import keeps the committed entry (its H100 provenance), and refuses, naming it, a copy
+    whose value differs."""
+    from gradalign.atomic import content_digest
+
+    _machine(monkeypatch, tmp_path, "gpu")
+    gpu_window(5, tmp_path / "out", BACKLOG, device="cpu", bench=False, echo=lambda _: None)
+    home = tmp_path / "home"
+    assert len(import_window(tmp_path / "out", home).added_runs) == 6
+    runs = json.loads((tmp_path / "out" / "runs-1.json").read_text())
+    first, second = runs["runs"][0], runs["runs"][1]
+    for entry in (first, second):
+        entry.pop("digest")
+        entry["provenance"] = {**entry["provenance"], "hardware": "unknown (read from the local run cache)"}
+    second["value"]["final_test_acc"] = 99.0
+    for entry in (first, second):
+        entry["digest"] = content_digest(entry)
+    (tmp_path / "out" / "runs-1.json").write_text(json.dumps(runs))
+    imported = import_window(tmp_path / "out", home)
+    assert not imported.added_runs and len(imported.refused) == 1 and second["key"] in imported.refused[0]
+    for entry in (first, second):
+        kept = json.loads((home / "runs" / entry["kind"] / f"{entry['key']}.json").read_text())
+        assert kept["provenance"]["hardware"].startswith("CPU") and kept["value"]["final_test_acc"] != 99.0
+
+
 def test_a_real_time_box_stops_the_window_and_keeps_the_unit_resumable(tmp_path, monkeypatch):
     """A real box of 3 s on runs of several seconds each: the window stops by it (before a unit begins, or in a
     run's loop at a checkpoint), and commits only the units that finished."""

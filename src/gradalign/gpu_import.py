@@ -79,7 +79,7 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
                 continue
             dates.append(str(entry.get("provenance", {}).get("date", "")))
             target = entry_path(store.root / "runs", entry["kind"], entry["key"])
-            _place(target, entry, f"{entry['kind']}/{entry['key']}", imported, imported.added_runs)
+            _place_run(target, entry, f"{entry['kind']}/{entry['key']}", imported)
     for record in (_read(folder / RECORDS_FILE, refused) or {}).get("records", []):
         name = _checked_record(record, refused)
         if name:
@@ -139,6 +139,28 @@ def _place(target: Path, document: dict, name: str, imported: Imported, added: l
             pass  # a damaged file where a good one goes: replaced
     write_json_atomically(target, document)
     added.append(name)
+
+
+def _place_run(target: Path, entry: dict, name: str, imported: Imported) -> None:
+    """A run entry, where none that checks is committed under its key. A committed entry is kept: a later window
+    that read the run from its machine's run cache sends it back without where it trained (windows 5 and 6,
+    2026-11-27: the second overwrote the first's H100 provenance with "unknown"); one whose value differs is
+    refused and named, so that the committed run stays the one every record read."""
+    from gradalign.run_unit import check_entry
+
+    if target.exists():
+        try:
+            committed = check_entry(read_json_strict(target))
+        except StoredJSONError:
+            committed = None  # a damaged file where a good one goes: replaced
+        if committed is not None:
+            if committed["value"] != entry["value"]:
+                imported.refused.append(f"run {name}: another value is committed under its key (kept)")
+            else:
+                imported.unchanged += 1
+            return
+    write_json_atomically(target, entry)
+    imported.added_runs.append(name)
 
 
 def _checked_record(record: object, refused: list[str]) -> str | None:
