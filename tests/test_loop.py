@@ -331,6 +331,33 @@ def test_checkpoint_of_another_run_is_set_aside_and_the_run_starts_fresh(tmp_pat
     assert len(aside) == 1 and aside[0].read_bytes() == before  # kept intact for the run it belongs to
 
 
+def test_a_checkpoint_the_run_cannot_restore_is_set_aside_and_the_run_starts_fresh(tmp_path, reference):
+    """A GPU window's carried checkpoint resumed on a CPU: torch refuses the CUDA generator state. The run is put
+    back as it was, the checkpoint set aside, and the run trains from step 1 to the reference's result."""
+
+    class OtherDevice(FakeRun):
+        def load_state_dict(self, state: dict) -> None:
+            if state["model"]["weight"].dtype == torch.float64 and "fresh" not in state:
+                self.model.weight.data.fill_(123.0)  # a partial load before torch refuses
+                raise RuntimeError(
+                    "Expected a CPUGeneratorImplState of size 5056 but found the input RNG state size to be 16"
+                )
+            super().load_state_dict(state)
+
+        def state_dict(self) -> dict:
+            return {**super().state_dict(), "fresh": True}
+
+    ref_out, ref_run = reference
+    path = tmp_path / "run.pt"
+    with pytest.raises(Interrupted):
+        train(FakeRun(interrupt_at=7), path)
+    run = OtherDevice()
+    with pytest.warns(CheckpointWarning, match="cannot be restored on this machine .*set aside as run.pt.unrestorable"):
+        out = train(run, path)
+    assert [e[0] for e in run.evaluations] == [2, 4, 6, 8, 10]  # from step 1
+    assert_same_result(out, ref_out, run, ref_run)
+
+
 # ---- the time box ----------------------------------------------------------------------------------------
 
 

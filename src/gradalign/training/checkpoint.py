@@ -100,7 +100,7 @@ def load_checkpoint(path: Path | None, run_fingerprint: str, map_location="cpu")
     try:
         raw = path.read_bytes()
     except OSError as err:  # a folder where the file should be, no permission
-        return _set_aside(path, f"cannot be read ({err.strerror or err})", "unreadable")
+        return set_aside(path, f"cannot be read ({err.strerror or err})", "unreadable")
     head, _, payload = raw.partition(b"\n")
     try:
         if len(head) > MAX_HEADER_BYTES:
@@ -113,7 +113,7 @@ def load_checkpoint(path: Path | None, run_fingerprint: str, map_location="cpu")
         return _damaged(path, problem)
     if header["fingerprint"] != run_fingerprint:
         fingerprint = "".join(c for c in header["fingerprint"] if c.isalnum())[:16] or "unknown"
-        return _set_aside(path, f"belongs to another run (fingerprint {fingerprint})", f"other-{fingerprint}")
+        return set_aside(path, f"belongs to another run (fingerprint {fingerprint})", f"other-{fingerprint}")
     if len(payload) != header["bytes"] or hashlib.sha256(payload).hexdigest() != header["sha256"]:
         return _damaged(path, "is cut short or edited (its digest does not match)")
     try:
@@ -138,7 +138,7 @@ def _damaged(path: Path, reason: str) -> None:
     return None
 
 
-def _set_aside(path: Path, reason: str, tag: str) -> None:
+def set_aside(path: Path, reason: str, tag: str) -> None:
     """Rename `path` out of the run's way (kept for whoever owns it) and start the run fresh."""
     target = path.with_name(f"{path.name}.{tag}")
     n = 1

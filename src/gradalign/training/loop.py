@@ -32,7 +32,7 @@ import torch
 from gradalign import timebox
 from gradalign.divergence import ChanceLevel, raise_if_at_chance, raise_if_exploded, raise_if_not_finite
 from gradalign.progress import progress
-from gradalign.training.checkpoint import load_checkpoint, save_checkpoint
+from gradalign.training.checkpoint import load_checkpoint, save_checkpoint, set_aside
 
 
 class Run(Protocol):
@@ -88,8 +88,9 @@ def train(
     if select is not None:
         out.best = {"step": 0, "value": math.inf, "state": copy.deepcopy(model.state_dict())}
     saved = load_checkpoint(checkpoint, run_fingerprint, map_location)
+    if saved is not None and not _restored(run, saved["run"], checkpoint):
+        saved = None
     if saved is not None:
-        run.load_state_dict(saved["run"])
         loop = saved["loop"]
         out.history, out.best, start, out.train_seconds = loop["history"], loop["best"], loop["step"], loop["seconds"]
         sums, count = loop["sums"], loop["count"]
@@ -173,6 +174,21 @@ def _raise_if_diverged(
 def _cuda_rng() -> list[torch.Tensor] | None:
     """Every CUDA device's random state, where CUDA is in use (dropout and noise drawn there)."""
     return torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+
+
+def _restored(run: Run, state: dict, checkpoint: Path) -> bool:
+    """Load a checkpoint's run state; False, with the run as it was and the checkpoint set aside, where the run
+    cannot take it: a checkpoint written on another device (a GPU window's carried run resumed on a CPU: torch
+    takes a CUDA generator's 16-byte state for a CPU one only with a RuntimeError)."""
+    fresh = copy.deepcopy(run.state_dict())
+    try:
+        run.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError) as err:
+        run.load_state_dict(fresh)
+        why = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+        set_aside(checkpoint, f"cannot be restored on this machine ({why})", "unrestorable")
+        return False
+    return True
 
 
 def _restore_rng(loop: dict) -> None:
