@@ -140,11 +140,9 @@ def test_a_local_tables_run_stores_its_divergence_a_pilots_and_an_mlps_stop(monk
 def test_tables_3_and_6_share_the_resnet_sgr_runs():
     from gradalign.runcache import run_key
 
-    from gradalign.pilots import RERUNS
-
-    for preset, six in (("cpu", RERUNS["sgr.tab6"]), ("gpu", {})):  # Table 6's cpu rerun is at Table 3's cpu scale
+    for preset in ("cpu", "gpu"):  # Table 6's cpu preset (its rerun) is at Table 3's cpu scale
         t3 = resolve(exp.Table3Config, exp.TABLE3_PRESETS, preset)
-        t6 = resolve(exp.Table6Config, exp.TABLE6_PRESETS, preset, six)
+        t6 = resolve(exp.Table6Config, exp.TABLE6_PRESETS, preset)
         a, b = t3.spec("resnet32", "sgr", 16, "fashion_mnist", 0), t6.spec("resnet32", "sgr", 16, "fashion_mnist", 0)
         assert run_key(tl.RUN_KIND, a.to_dict(), 1) == run_key(tl.RUN_KIND, b.to_dict(), 1)
 
@@ -153,10 +151,9 @@ def test_the_gpu_preset_extends_the_cpu_rerun_with_two_seeds():
     """A window's first three seeds at `gpu` are the runs of Table 3's `cpu` preset and Table 6's rerun (same keys)."""
     from gradalign.experiments import get
     from gradalign.experiments.units import units_of
-    from gradalign.pilots import RERUNS
 
-    for element, overrides in (("sgr.tab3", {}), ("sgr.tab6", RERUNS["sgr.tab6"])):  # Table 3's rerun is its cpu
-        rerun = {u.key for u in units_of(element, get(element).resolve("cpu", overrides))}
+    for element in ("sgr.tab3", "sgr.tab6"):  # their reruns are their cpu presets
+        rerun = {u.key for u in units_of(element, get(element).resolve("cpu"))}
         gpu = {u.key for u in units_of(element, get(element).resolve("gpu"))}
         assert rerun < gpu and len(gpu) == len(rerun) * 5 // 3
 
@@ -250,6 +247,8 @@ def test_table7_checks():
     assert not exp.table7_checks(no_collapse, sgr, 10.0)["global_bp_collapses_with_depth"]["passed"]
     unstable = {**sgr, 57: s(70.0)}
     assert not exp.table7_checks(bp, unstable, 10.0)["sgr_stable_with_depth"]["passed"]
+    at_chance = {d: s(9.7) for d in sgr}  # flat at chance at every depth (SGR on VGG at λ = 1e3, our pilot)
+    assert not exp.table7_checks(bp, at_chance, 10.0)["sgr_stable_with_depth"]["passed"]
 
 
 def test_summary_and_scale_text():

@@ -175,11 +175,11 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
 
 
 def rerun_view(element: str, reference: str) -> None:
-    """An SGR local-BP rerun so far (`pilots.RERUNS[element]` at `cpu`): its committed runs by network, method and
-    K, where each was trained, the runs a GPU window saw diverge, and, where an arm has all its seeds, SGR against
-    the `reference` arm at the same K (difference ± SE) and SGR's term against the reference's (the mechanism-active
-    precondition's reference, as `validity`: Greedy for Table 6). Not a record: no verdict is drawn until every run
-    is committed and the record assembled from them."""
+    """An SGR local-BP element's `cpu` runs (with `pilots.RERUNS[element]` where a rerun is pending): its committed
+    runs by network, method and K, where each was trained, and, where an arm has all its seeds, SGR against the
+    `reference` arm at the same K (difference ± SE) and SGR's term against the reference's (the mechanism-active
+    precondition's reference, as `validity`: Greedy for Table 6). Not a record: the verdict is the record's, drawn
+    once every run is committed."""
     import matplotlib.pyplot as plt
     import pandas as pd
     from IPython.display import Markdown, display
@@ -188,10 +188,8 @@ def rerun_view(element: str, reference: str) -> None:
     from gradalign.experiments.seed_stats import difference, stats
     from gradalign.experiments.sgr.validity import ACTIVE_RATIO, TOLERANCE
     from gradalign.experiments.units import units_of
-    from gradalign.gpu_import import diverged_before
     from gradalign.gpu_sizing import hardware_class
     from gradalign.methods.local import TITLES
-    from gradalign.store_root import results_root
     from gradalign.pilots import RERUNS, stored_units
     from gradalign.plotting import METHOD_COLORS, SMALL_PT, panels
 
@@ -199,23 +197,14 @@ def rerun_view(element: str, reference: str) -> None:
         return spec["network"], spec["method"]["method"], spec["method"]["modules"]
 
     rows = stored_units(
-        units_of(element, get(element).resolve("cpu", RERUNS[element])), arm, "test_acc", True, TOLERANCE
+        units_of(element, get(element).resolve("cpu", RERUNS.get(element, {}))), arm, "test_acc", True, TOLERANCE
     )
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["arm"], []).append(row)
     done = sum(r["done"] for r in rows)
-    display(Markdown(f"**{element}'s rerun so far:** {done} of {len(rows)} runs committed (`pilots.RERUNS`)."))
-    diverged = {key for _, key in diverged_before(results_root())}
-    lost = [r["label"] for r in rows if not r["done"] and r["key"] in diverged]
-    if lost:
-        display(
-            Markdown(
-                f"Diverged in a GPU window, not trained again: {', '.join(lost)}. The experiment stops on a "
-                "diverged run, so its record waits on a decision about them (a lower rate, or the divergence "
-                "counted as a result)."
-            )
-        )
+    where = "its rerun so far (`pilots.RERUNS`)" if element in RERUNS else "its `cpu` preset"
+    display(Markdown(f"**{element}, {where}:** {done} of {len(rows)} runs committed."))
     table, full = {}, {}
     for (net, method, k), runs in groups.items():
         ready = [r for r in runs if r["done"]]
@@ -254,7 +243,7 @@ def rerun_view(element: str, reference: str) -> None:
             f"{ACTIVE_RATIO:g}: {'met' if ratio <= ACTIVE_RATIO else 'not met'})."
         )
     if lines:
-        display(Markdown("Interim, from the arms whose seeds are all committed:\n\n" + "\n".join(lines)))
+        display(Markdown("From the arms whose seeds are all committed:\n\n" + "\n".join(lines)))
     shown = list(dict.fromkeys((net, k) for (net, _, k), runs in groups.items() if any(r["done"] for r in runs)))
     fig, axes = panels(len(shown), columns=min(2, len(shown)), height=2.8)
     for ax, (net, k) in zip(fig.axes, shown):

@@ -129,16 +129,13 @@ PILOTS = {
 }
 
 
-RERUNS: dict[str, dict] = {
-    # Table 6 at Table 3's cpu scale (the calibrated λ, 60 epochs: Table 3's rerun, now its `cpu` preset), with the
-    # paper's K = 3 added (issue 28): its SGR runs at K = 16 are Table 3's
-    "sgr.tab6": {**CALIBRATED, "protocol.epochs": 60, "splits": [16, 3, 2]},
-}
+RERUNS: dict[str, dict] = {}
 """Each element's full rerun at its pilot's candidate scale (every network, label count and family, 3 seeds), as
 overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`) or a GPU window
 (`gpu_window.BACKLOG`) trains next, and what becomes the `cpu` preset once its runs are committed and the pilot
-held. Table 3's rerun (60 epochs at the calibrated λ) and the meta-gradient elements' reruns are their `cpu` presets
-now (`local_bp.TABLE3_CPU`, `ssl_runs.CPU_FITS`)."""
+held. None is pending: Tables 3 and 6's reruns (60 epochs at the calibrated λ; Table 6 with the paper's K = 3) and
+the meta-gradient elements' reruns are their `cpu` presets now (`local_bp.TABLE3_CPU`, `local_bp.TABLE6_CPU`,
+`ssl_runs.CPU_FITS`)."""
 
 
 ON_GPU: tuple[str, ...] = ("sgr.tab7",)
