@@ -109,7 +109,8 @@ def bp_free(record: dict) -> dict:
     tuning = record["metrics"].get("tuning")
     if tuning:
         # the rate the final runs trained at: a chosen rate whose final run diverged falls back to the next lower one,
-        # which must be inside the grid too (Table 4's FA: chosen 0.003, diverged, final 0.001 at the grid's end)
+        # which must be inside the grid too (Table 4's FA on the grid that ended at 0.001: chosen 0.003, diverged, final
+        # 0.001 at the grid's end; the grid now starts at 0.0003)
         arms = {
             f"{d}/{m}" if len(tuning) > 1 else m: {**e, "chosen": e.get("final", e["chosen"])}
             for d, by in tuning.items()
