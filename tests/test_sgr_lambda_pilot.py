@@ -132,3 +132,23 @@ def test_table7_mechanism_is_measured_against_layerwise_vgg_at_each_depth():
     assert not tab7({"curves": curves})["mechanism_active"]["passed"]
     old = {k: v for k, v in curves.items() if "/layerwise/" not in k}  # a record without the layer-wise arm
     assert tab7({"curves": old})["mechanism_active"]["value"] == "not recorded"
+
+
+def test_table7s_pilot_splits_each_vgg_at_every_conv_and_refuses_other_depths(tmp_path, monkeypatch):
+    """`sgr.lam7`: a VGG-d runs at Table 7's SGR split, K = d − 2, whatever `splits` says; a depth Table 7 does
+    not have is a one-line error before any run."""
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path))
+    monkeypatch.setenv("GRADALIGN_PROGRESS", "0")
+    exp = EXPERIMENTS["sgr.lam7"]
+    assert exp.resolve("cpu").pairs() == [("vgg12", 10), ("vgg37", 35)]
+    assert exp.resolve("cpu", {"networks": ["resnet32", "vgg57"]}).pairs() == [
+        ("resnet32", 16),
+        ("resnet32", 2),
+        ("vgg57", 55),
+    ]
+    out = exp.run(exp.resolve("smoke", {"n_train": 64, "validation": 64, "protocol.batch_size": 32}), "cpu")
+    rows = out["metrics"]["rows"]
+    assert [(r["network"], r["K"], r["lam"]) for r in rows] == [("vgg12", 10, 1.0), ("vgg12", 10, 10.0)]
+    assert len(out["metrics"]["start_ratios"]["vgg12/K=10"]["features"]) == 9  # modules 2 … 10
+    with pytest.raises(ConfigError, match="vgg13: not a Table 7 VGG"):
+        exp.resolve("smoke", {"networks": ["vgg13"]})

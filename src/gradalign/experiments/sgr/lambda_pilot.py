@@ -3,7 +3,8 @@
 App. E sets λ = 1 on CIFAR with Algorithm 1's `nn.MSELoss()`, the mean over batch × D features of the squared
 difference of two unit-norm gradients: about 2/D per sample, so that at λ = 1 the term's gradient is a small
 fraction of the cross-entropy's. Eq. 6 writes ‖·‖², a sum over features, D times larger. The pilot (`sgr.lam`)
-measures, for PlainNet-32 and ResNet-32 at K = 16 and K = 2, each reduction and each λ:
+measures, for PlainNet-32 and ResNet-32 at K = 16 and K = 2, each reduction and each λ (and `sgr.lam7`, the same for
+Table 7's VGG-12 and VGG-37 with every conv a module, `PRESETS7`):
 
 - the gradient ratio ‖λ∇_θk L_k^SGR‖ / ‖∇_θk L_k‖ of every module k ≥ 2 at initialisation, on one batch
   (`gradient_ratios`; linear in λ, so measured at λ = 1 and scaled);
@@ -28,6 +29,7 @@ import torch
 from torch.nn import functional as F
 
 from gradalign.config import Config, require
+from gradalign.models.vgg_deep import VGG_DEPTHS
 from gradalign.experiments.base import Experiment, check, outcome
 from gradalign.training.local import SGRProtocol
 
@@ -52,11 +54,14 @@ class LambdaPilotConfig(Config):
         from gradalign.data.image_sets import IMAGE_SETS
 
         super().validate()
-        require(
-            self, "networks", set(self.networks) <= {"plainnet32", "resnet32"}, "must be among resnet32, plainnet32"
-        )
+        from gradalign.training.local import network_depth
+
+        known = all(n in ("plainnet32", "resnet32") or network_depth(n) for n in self.networks)
+        require(self, "networks", known, "must be among resnet32, plainnet32, vgg<d> (Table 7's depths)")
         require(self, "networks", len(self.networks) >= 1, "must name at least one network")
         require(self, "splits", len(self.splits) >= 1 and set(self.splits) <= {2, 3, 16}, "must be among 2, 3, 16")
+        for network in self.networks:
+            require(self, "networks", network_depth(network) in (None, *VGG_DEPTHS), f"{network}: not a Table 7 VGG")
         require(self, "mean_lams", 1.0 in self.mean_lams, "must include App. E's λ = 1 (the claim checked)")
         require(self, "mean_lams", all(v > 0 for v in self.mean_lams), "must be > 0")
         require(self, "sum_lams", all(v > 0 for v in self.sum_lams), "must be > 0")
@@ -67,6 +72,17 @@ class LambdaPilotConfig(Config):
 
     def settings(self) -> list[tuple[str, float]]:
         return [("mean", v) for v in self.mean_lams] + [("sum", v) for v in self.sum_lams]
+
+    def pairs(self) -> list[tuple[str, int]]:
+        """(network, K) of every run group: ResNet-32 and PlainNet-32 at each of `splits`; a VGG-d at Table 7's
+        split for SGR, every conv a module (K = d − 2, `Table7Config.sgr_modules`)."""
+        from gradalign.training.local import network_depth
+
+        return [
+            (net, K)
+            for net in self.networks
+            for K in ((network_depth(net) - 2,) if network_depth(net) else self.splits)
+        ]
 
     def spec(self, network: str, method: str, modules: int, reduction: str = "mean", lam: float = 1.0):
         from gradalign.methods.local import LocalSettings
@@ -176,7 +192,7 @@ def lambda_pilot(cfg: LambdaPilotConfig, device) -> dict:
 
     chance = 100.0 / image_set_info(cfg.dataset).num_classes
     rows, ratios, curves, layerwise, seconds = [], {}, {}, {}, 0.0
-    jobs = [(net, K) for net in cfg.networks for K in cfg.splits]
+    jobs = cfg.pairs()
     for net, K in progress(jobs, desc="λ pilot"):
         key = f"{net}/K={K}"
         ratios[key] = start_ratios(cfg, net, K, device)
@@ -267,6 +283,43 @@ def pilot_checks(rows: list[dict]) -> dict[str, dict]:
     }
 
 
+# Table 7's VGGs (`sgr.lam7`): the λ of `sgr.lam` (10³, mean), chosen on ResNet-32 and PlainNet-32, left SGR at
+# chance on VGG-12 with every conv a module in Table 7's pilot (30 epochs: test accuracy 16 % after the first epoch,
+# then about 10 %), where layer-wise training reached 85 %. The gradient ratios at initialisation (λ = 1, mean, the
+# cpu width ×0.125) show why: 4e-5 to 9e-3 in modules 2 … K − 1, but 2.1 (VGG-12) and 2.2 (VGG-37) in the last,
+# whose input has D = 64 features, so at 10³ the last module learns the term and not the labels. Our grid: the mean
+# reduction from 0.1 to 10³, a decade apart, for VGG-12 and VGG-37 (VGG-57 at gpu: about 4 times VGG-37's cost)
+PRESETS7 = {
+    "smoke": {
+        "networks": ("vgg12",),
+        "mean_lams": (1.0, 10.0),
+        "sum_lams": (),
+        "width": 0.0625,
+        "n_train": 128,
+        "validation": 128,
+        "protocol.epochs": 2,
+        "protocol.batch_size": 64,
+    },
+    "cpu": {
+        "networks": ("vgg12", "vgg37"),
+        "mean_lams": (0.1, 1.0, 10.0, 100.0, 1000.0),
+        "sum_lams": (),
+        "width": 0.125,
+    },
+    "gpu": {  # estimated, not timed
+        "networks": ("vgg12", "vgg37", "vgg57"),
+        "mean_lams": (0.1, 1.0, 10.0, 100.0, 1000.0),
+        "sum_lams": (),
+        "width": 0.125,
+    },
+    "paper": {"networks": ("vgg12", "vgg37", "vgg57"), "mean_lams": (0.1, 1.0, 10.0, 100.0, 1000.0), "sum_lams": ()},
+}
+CHOICES7 = {
+    **CHOICES,
+    "networks": "Table 7's VGG-12 and VGG-37 (VGG-57 at gpu), SGR's split every conv (K = d − 2), as Table 7's",
+    "grid": "the mean reduction, λ from 0.1 to sgr.lam's choice 10³, a decade apart (our grid)",
+}
+
 EXPERIMENTS = [
     Experiment(
         "sgr.lam",
@@ -279,5 +332,18 @@ EXPERIMENTS = [
         note="a pilot of ours, not an element of the paper: short runs on Fashion-MNIST, one seed",
         choices=CHOICES,
         scale=pilot_scale,
-    )
+    ),
+    Experiment(
+        "sgr.lam7",
+        lambda_pilot,
+        LambdaPilotConfig,
+        PRESETS7,
+        PILOT_VERSION,
+        NOTEBOOK,
+        uses_accelerator=True,
+        note="a pilot of ours, not an element of the paper: λ for Table 7's VGGs, short runs on Fashion-MNIST, "
+        "one seed",
+        choices=CHOICES7,
+        scale=pilot_scale,
+    ),
 ]

@@ -198,6 +198,7 @@ VALIDITY = {
     "sgr.fig4": (bp_free, fig4_claims),
     "sgr.fig3": (fig3, fig3_claims),
     "sgr.lam": (lam, None),
+    "sgr.lam7": (lam, None),
 }
 
 
