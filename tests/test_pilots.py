@@ -60,7 +60,9 @@ def test_table7_pilot_is_the_first_seed_of_its_rerun_and_waits_for_a_gpu_window(
     assert len(sgr) == 3 and all(u.spec["method"]["lam"] == CALIBRATED["lam"] for u in sgr)
     three_seeds = units_of("sgr.tab7", get("sgr.tab7").resolve("cpu", {**pilot.overrides, "seeds": 3}))
     assert {u.key for u in units} < {u.key for u in three_seeds}
-    assert ("sgr.tab7", "cpu", pilot.overrides) in BACKLOG and "sgr.tab7" in pilots.ON_GPU
+    assert "sgr.tab7" in pilots.ON_GPU and "sgr.tab7" in pilots.CLOSED  # answered before its last runs:
+    assert ("sgr.tab7", "cpu", pilot.overrides) not in BACKLOG  # not trained further
+    assert ("sgr.tab7", "cpu", pilots.RERUNS["sgr.tab7"]) in BACKLOG  # its rerun at sgr.lam7's λ is
     assert pilots.is_pilot("sgr.tab7", "cpu", pilot.overrides)  # a window commits its runs, assembles no record
     assert not pilots.is_pilot("sgr.tab7", "gpu", pilot.overrides)
     assert not pilots.is_pilot("sgr.tab6", "cpu", {})  # a record's runs
@@ -78,14 +80,19 @@ def test_pilots_over_the_budget_train_here_only_when_asked(monkeypatch, capsys):
     assert asked[-1] == ["sgr.tab7"]
 
 
-def test_a_gpu_pilot_page_points_to_the_backlog_not_to_two_cores(tmp_path, monkeypatch, capsys):
+def test_a_gpu_pilot_page_points_to_the_backlog_or_says_why_it_closed(tmp_path, monkeypatch, capsys):
     from gradalign.page_helpers import pilot_view
 
     monkeypatch.setattr(pilots, "_committed", lambda: tmp_path)  # nothing committed
     pilot_view("sgr.tab7", "epoch", "test accuracy (%)")
     out = capsys.readouterr().out
-    assert "Not committed yet (9 of 9)" in out and "GPU backlog" in out and "python -m gradalign.pilots" not in out
+    assert "Not committed yet (9 of 9)" in out and "Closed before these runs" in out and "GPU backlog" not in out
+    assert "python -m gradalign.pilots" not in out
     assert "Global BP, VGG-12" in out and "SGR, VGG-57" in out  # each arm names its depth
+    monkeypatch.setattr(pilots, "CLOSED", {})  # a GPU pilot still open: its runs wait in the backlog
+    pilot_view("sgr.tab7", "epoch", "test accuracy (%)")
+    out = capsys.readouterr().out
+    assert "GPU backlog" in out and "Closed" not in out and "python -m gradalign.pilots" not in out
 
 
 def test_an_elements_runs_so_far_compare_only_arms_with_every_seed(tmp_path, monkeypatch):

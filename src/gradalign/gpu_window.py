@@ -35,7 +35,7 @@ from typing import Callable
 
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST, is_pilot
+from gradalign.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST, is_pilot
 from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before
 
@@ -43,7 +43,7 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
     + tuple((element_id, "cpu", overrides) for element_id, overrides in RERUNS.items())
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
-    + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU)
+    + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
     + tuple(
         (element_id, "gpu", {})
         for element_id in (
@@ -63,8 +63,8 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
 machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then the reruns of the `cpu` scales
 that the pilots chose (`pilots.RERUNS`), then the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then
-the pilots over it (`ON_GPU`), then the `gpu` presets (LGA's Figure 7 first and its subsets after it; the
-meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
+the pilots over it (`ON_GPU`, less the `CLOSED`), then the `gpu` presets (LGA's Figure 7 first and its subsets after
+it; the meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
 CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_fast_path_agreement.py", "tests/test_activation_memory.py")
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file

@@ -123,7 +123,7 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
     from IPython.display import Markdown, display
 
     from gradalign.experiments.rules import LAST_SHARE
-    from gradalign.pilots import ON_GPU, PILOTS, stored
+    from gradalign.pilots import CLOSED, ON_GPU, PILOTS, stored
     from gradalign.plotting import fit, legend_below, panels, ramp
 
     pilot, rows = PILOTS[name], stored(name)
@@ -166,7 +166,9 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
             fit(
                 f"Not committed yet ({len(missing)} of {len(rows)}): {'; '.join(missing)}. "
                 + (
-                    "Over the two-core budget, they are in the GPU backlog (the compute page)."
+                    CLOSED[name]
+                    if name in CLOSED
+                    else "Over the two-core budget, they are in the GPU backlog (the compute page)."
                     if name in ON_GPU
                     else f"They train with: python -m gradalign.pilots {name}"
                 )
