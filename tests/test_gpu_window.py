@@ -272,6 +272,7 @@ def test_a_run_the_box_stopped_resumes_in_the_next_window_from_its_carried_check
     monkeypatch.setattr(loop, "_time_is_up", lambda *_: True)  # every run stops at its first checkpoint
     first = gpu_window(5, tmp_path / "out1", backlog, device="cpu", bench=False, echo=lambda _: None)
     assert first.stopped and len(first.checkpoints) == 1 and (tmp_path / "out1" / CARRY_FILE).is_file()
+    assert not (tmp_path / "out1" / "checkpoints-2.tar").exists()  # one small checkpoint: one file
     imported = import_window(tmp_path / "out1", home)
     assert imported.checkpoints == first.checkpoints and not imported.refused
     kind, key = first.checkpoints[0].split("/")
@@ -321,6 +322,41 @@ def test_import_refuses_a_carried_checkpoint_that_was_edited_or_misnamed(tmp_pat
     assert placed == ["sgr.local/" + "a" * 16]
     assert len(refused) == 2 and "digest does not match" in refused[0] and "not a run checkpoint" in refused[1]
     assert not (tmp_path / "outside.pt").exists()
+
+
+def test_checkpoints_travel_compressed_over_several_files_and_import_places_each(tmp_path):
+    """A checkpoint over the per-file limit travels when it compresses under it (Table 7's VGG-57: 15.2 MiB, 13.9
+    compressed); checkpoints that do not fit one file go to the next; what fits nowhere stays behind; import places
+    every one from every file, byte for byte."""
+    import os
+
+    from gradalign.training.checkpoint import save_checkpoint
+    from gradalign.window_carry import CARRY_FOLDER, bundle, carry_files, checkpoint_path
+
+    cache, limit = tmp_path / "cache", 400_000
+    keys = [c * 16 for c in "abcd"]
+    payloads = {
+        keys[0]: {"w": bytes(600_000)},  # over the limit raw, a few KB compressed
+        keys[1]: {"w": os.urandom(250_000)},  # random: does not compress
+        keys[2]: {"w": os.urandom(250_000)},  # no room left beside the second: the next file
+        keys[3]: {"w": os.urandom(500_000)},  # over the limit compressed too: stays behind
+    }
+    for key, state in payloads.items():
+        save_checkpoint(checkpoint_path(cache, "sgr.local", key), "0" * 16, state)
+    files = carry_files(tmp_path / "out")
+    (tmp_path / "out").mkdir()
+    carried = bundle([("sgr.local", k) for k in keys], cache, files, limit)
+    assert carried == [f"sgr.local/{k}" for k in keys[:3]]
+    assert [f.is_file() for f in files] == [True, True, False] and all(f.stat().st_size <= limit for f in files[:2])
+    from gradalign.window_carry import place
+
+    placed = []
+    for f in files[:2]:
+        placed += place(f, tmp_path / CARRY_FOLDER, tmp_path / "results" / "runs")[0]
+    assert placed == carried
+    for key in keys[:3]:
+        there = checkpoint_path(tmp_path / CARRY_FOLDER, "sgr.local", key).read_bytes()
+        assert there == checkpoint_path(cache, "sgr.local", key).read_bytes()
 
 
 def test_the_compute_page_lists_the_backlog_with_what_is_committed(tmp_path):

@@ -19,7 +19,7 @@ from typing import Any
 
 from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError
-from gradalign.window_carry import CARRY_FILE, CARRY_FOLDER, place, prune
+from gradalign.window_carry import CARRY_FOLDER, carry_files, place, prune
 
 WINDOW_FILE, RECORDS_FILE, BENCH_FILE, RUNS_PREFIX = "window.json", "records.json", "bench.json", "runs-"
 WINDOWS = "windows"  # the results store's folder of window reports (`window_report` shows them on the compute page)
@@ -86,11 +86,12 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
             target = store.path(record["id"], record["preset"], record["config_hash"])
             _place(target, record, name, imported, imported.added_records)
     _place_window(imported, store.root / WINDOWS, min(filter(None, dates), default=""))
-    if (folder / CARRY_FILE).is_file():
-        placed, refused_checkpoints = place(folder / CARRY_FILE, store.root.parent / CARRY_FOLDER, store.root / "runs")
+    tars = [path for path in carry_files(folder) if path.is_file()]
+    for tar_file in tars:
+        placed, refused_checkpoints = place(tar_file, store.root.parent / CARRY_FOLDER, store.root / "runs")
         imported.checkpoints += placed
         refused += refused_checkpoints
-    else:
+    if not tars:
         prune(store.root.parent / CARRY_FOLDER, store.root / "runs")
     for name, record in (_read(folder / BENCH_FILE, refused) or {}).get("bench", {}).items():
         imported.bench.append(_bench_line(name, record))

@@ -38,6 +38,7 @@ from gradalign.errors import ConfigError, DivergenceError
 from gradalign.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST, is_pilot
 from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before
+from gradalign.window_carry import CARRY_FILES
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
@@ -85,7 +86,7 @@ class Window:
     stopped: str = ""  # why the window ended before its backlog did ("" : the backlog is done)
     left: list[str] = field(default_factory=list)  # experiments of the backlog still unfinished
     carried: list[str] = field(default_factory=list)  # kind/key of checkpoints an earlier window left (resumed here)
-    checkpoints: list[str] = field(default_factory=list)  # kind/key of the stopped runs' checkpoints in CARRY_FILE
+    checkpoints: list[str] = field(default_factory=list)  # kind/key of the stopped runs' carried checkpoints
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -107,7 +108,7 @@ def gpu_window(
     from gradalign.runcache import cache_root
     from gradalign.runtime import check_device, pin_threads, select_device
     from gradalign.timebox import check_minutes, seconds_left, time_box
-    from gradalign.window_carry import CARRY_FILE, CARRY_FOLDER, carry_stopped, seed
+    from gradalign.window_carry import CARRY_FOLDER, carry_files, carry_stopped, seed
     from gradalign.window_pool import check_workers
 
     check_minutes(minutes)
@@ -141,7 +142,7 @@ def gpu_window(
             _backlog(window, backlog, dev, store, writer, echo)
         else:  # the checks run here while the workers train
             _backlog_in_pool(window, backlog, dev, store, writer, echo, checks)
-    window.checkpoints = carry_stopped(backlog, store.root, out / CARRY_FILE, MAX_FILE_BYTES)
+    window.checkpoints = carry_stopped(backlog, store.root, carry_files(out), MAX_FILE_BYTES)
     writer.write()
     echo(
         f"gpu-window: {sum(u['status'] == 'finished' for u in window.units)} unit(s) finished, "
@@ -362,7 +363,7 @@ class _Writer:
                 records.append(document)
         write_json_atomically(self.out / RECORDS_FILE, {"records": records})
         write_json_atomically(self.out / BENCH_FILE, {"bench": self.window.bench})
-        chunks = _chunks(runs, MAX_FILES - 4)  # window, records, bench and the carried checkpoints' files
+        chunks = _chunks(runs, MAX_FILES - 3 - CARRY_FILES)  # window, records, bench and the checkpoints' files
         for n, chunk in enumerate(chunks, 1):
             write_json_atomically(self.out / f"{RUNS_PREFIX}{n}.json", {"runs": chunk})
         for stale in self.out.glob(f"{RUNS_PREFIX}*.json"):

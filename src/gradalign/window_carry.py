@@ -1,19 +1,25 @@
 """Checkpoints carried from one GPU window to the next, so that a unit longer than one window still finishes.
 
 A window's time box stops a run at a checkpoint (`training.loop`), kept in that machine's run cache, which the next
-window (a fresh machine) does not have. So a window bundles the checkpoints of its stopped units into one file of
-its `--out` (`CARRY_FILE`, at most `gpu_window.MAX_FILE_BYTES`); `gradalign import` checks each (its name, and the
+window (a fresh machine) does not have. So a window bundles the checkpoints of its stopped units into files of its
+`--out` (`carry_files`, at most `gpu_window.MAX_FILE_BYTES` each); `gradalign import` checks each (its name, and the
 header and SHA-256 of the one checkpoint format, `training.checkpoint`) and places it in the checkout's
 `window-carry/` folder (git-ignored: weights are never committed); the next window is started with that folder
 carried beside the checkout, copies each checkpoint into its run cache, and the run resumes where the last window
 stopped it. Loading checks the checkpoint again (digest, and the fingerprint of its run), so a damaged or foreign
 one starts its run over, never corrupts it. A carried checkpoint whose run has since been committed is deleted on
 import.
+
+Each checkpoint travels gzip-compressed (`<key>.pt.gz`), in up to `CARRY_FILES` tar files (`carry_files`): one
+VGG-57 checkpoint of Table 7 at width ×0.125 is 15.2 MiB, over a window's per-file limit, 13.9 MiB compressed; two
+windows on 2026-11-27 left such checkpoints behind when the one file of 15 MiB was full.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
 import re
 import tarfile
@@ -22,9 +28,10 @@ from pathlib import Path
 from gradalign.atomic import write_atomically
 from gradalign.training.checkpoint import MAX_HEADER_BYTES, header_problem
 
-CARRY_FILE = "checkpoints.tar"
+CARRY_FILE = "checkpoints.tar"  # the first; then checkpoints-2.tar ... (`carry_files`)
+CARRY_FILES = 3  # of a window's 8 files (`gpu_window.MAX_FILES`)
 CARRY_FOLDER = "window-carry"  # beside results/ in the checkout; the device call carries it (README, GPU windows)
-_MEMBER = re.compile(r"runs/([A-Za-z0-9_][A-Za-z0-9_.-]*)/([0-9a-f]{16})\.pt")
+_MEMBER = re.compile(r"runs/([A-Za-z0-9_][A-Za-z0-9_.-]*)/([0-9a-f]{16})\.pt(\.gz)?")
 
 
 def checkpoint_path(root: Path, kind: str, key: str) -> Path:
@@ -32,26 +39,45 @@ def checkpoint_path(root: Path, kind: str, key: str) -> Path:
     return root / "runs" / kind / f"{key}.pt"
 
 
-def bundle(stopped: list[tuple[str, str]], cache: Path, out_file: Path, limit: int) -> list[str]:
-    """Write the checkpoints of `stopped` ((kind, key) of runs not committed) found in the run cache `cache` into the
-    tar `out_file`, at most `limit` bytes of them, in order; return `kind/key` of each. No checkpoint: no file."""
-    chosen, total = [], 0
+def carry_files(folder: Path, count: int = CARRY_FILES) -> list[Path]:
+    """The tar files a window writes its checkpoints to in `folder`: checkpoints.tar, checkpoints-2.tar, ..."""
+    stem = CARRY_FILE.removesuffix(".tar")
+    return [folder / (CARRY_FILE if n == 1 else f"{stem}-{n}.tar") for n in range(1, count + 1)]
+
+
+def bundle(stopped: list[tuple[str, str]], cache: Path, out_files: list[Path], limit: int) -> list[str]:
+    """Write the checkpoints of `stopped` ((kind, key) of runs not committed) found in the run cache `cache`,
+    each gzip-compressed, into the tar files `out_files`, at most `limit` bytes each, in order (a checkpoint goes in
+    the first file with room); return `kind/key` of each. A file with no checkpoint is not written."""
+    bins: list[list[tuple[str, bytes]]] = [[] for _ in out_files]
+    sizes = [0] * len(out_files)
+    carried = []
     for kind, key in stopped:
         path = checkpoint_path(cache, kind, key)
-        if path.is_file() and total + path.stat().st_size <= limit:
-            chosen.append((kind, key, path))
-            total += path.stat().st_size
-    if not chosen:
-        out_file.unlink(missing_ok=True)
-        return []
+        if not path.is_file():
+            continue
+        packed = gzip.compress(path.read_bytes(), compresslevel=6, mtime=0)
+        size = len(packed) + 1024  # its tar header and padding
+        room = next((n for n, used in enumerate(sizes) if used + size <= limit - 10240), None)  # end-of-tar blocks
+        if room is None:
+            continue
+        bins[room].append((f"runs/{kind}/{key}.pt.gz", packed))
+        sizes[room] += size
+        carried.append(f"{kind}/{key}")
+    for out_file, members in zip(out_files, bins):
+        if not members:
+            out_file.unlink(missing_ok=True)
+            continue
 
-    def write(handle) -> None:
-        with tarfile.open(fileobj=handle, mode="w") as tar:
-            for kind, key, path in chosen:
-                tar.add(path, arcname=f"runs/{kind}/{key}.pt", recursive=False)
+        def write(handle, members=members) -> None:
+            with tarfile.open(fileobj=handle, mode="w") as tar:
+                for name, packed in members:
+                    info = tarfile.TarInfo(name)
+                    info.size = len(packed)
+                    tar.addfile(info, io.BytesIO(packed))
 
-    write_atomically(out_file, write, binary=True)
-    return [f"{kind}/{key}" for kind, key, _ in chosen]
+        write_atomically(out_file, write, binary=True)
+    return carried
 
 
 def checkpoint_problem(raw: bytes) -> str | None:
@@ -83,12 +109,17 @@ def place(tar_file: Path, carry: Path, committed: Path) -> tuple[list[str], list
             for member in tar.getmembers():
                 found = _MEMBER.fullmatch(member.name)
                 if not member.isfile() or not found:
-                    refused.append(f"{CARRY_FILE}: {member.name!r} is not a run checkpoint's name")
+                    refused.append(f"{tar_file.name}: {member.name!r} is not a run checkpoint's name")
                     continue
                 raw = tar.extractfile(member).read()
+                try:
+                    raw = gzip.decompress(raw) if found[3] else raw  # an older window's member: not compressed
+                except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+                    refused.append(f"{tar_file.name}: checkpoint {member.name} is not readable gzip ({err})")
+                    continue
                 problem = checkpoint_problem(raw)
                 if problem:
-                    refused.append(f"{CARRY_FILE}: checkpoint {member.name} {problem}")
+                    refused.append(f"{tar_file.name}: checkpoint {member.name} {problem}")
                     continue
                 kind, key = found[1], found[2]
                 if (committed / kind / f"{key}.json").exists():
@@ -98,7 +129,7 @@ def place(tar_file: Path, carry: Path, committed: Path) -> tuple[list[str], list
                 )
                 placed.append(f"{kind}/{key}")
     except tarfile.TarError as err:
-        refused.append(f"{CARRY_FILE} is not a readable tar file ({err})")
+        refused.append(f"{tar_file.name} is not a readable tar file ({err})")
     prune(carry, committed)
     return placed, refused
 
@@ -130,9 +161,9 @@ def seed(carry: Path, cache: Path, committed: Path) -> list[str]:
     return seeded
 
 
-def carry_stopped(backlog, results: Path, out_file: Path, limit: int) -> list[str]:
+def carry_stopped(backlog, results: Path, out_files: list[Path], limit: int) -> list[str]:
     """The checkpoints of the backlog's ((element id, preset, overrides), ...) runs not committed under `results`,
-    bundled into `out_file` for the next window."""
+    bundled into `out_files` for the next window."""
     from gradalign.errors import ConfigError
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
@@ -146,4 +177,4 @@ def carry_stopped(backlog, results: Path, out_file: Path, limit: int) -> list[st
         except ConfigError:
             continue
         stopped += [(u.kind, u.key) for u in units if read_entry(results / "runs", u) is None]
-    return bundle(list(dict.fromkeys(stopped)), cache_root(), out_file, limit)
+    return bundle(list(dict.fromkeys(stopped)), cache_root(), out_files, limit)
