@@ -314,13 +314,15 @@ def test_import_refuses_a_carried_checkpoint_that_was_edited_or_misnamed(tmp_pat
             ("runs/sgr.local/" + "a" * 16 + ".pt", raw),
             ("runs/sgr.local/" + "b" * 16 + ".pt", raw[:-3] + b"xyz"),  # edited payload
             ("../outside.pt", raw),  # not a run checkpoint's name
+            ("runs/sgr.local/" + "c" * 16 + ".pt.gz", raw),  # named compressed, but not gzip
         ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     placed, refused = place(tar_file, tmp_path / CARRY_FOLDER, tmp_path / "results" / "runs")
     assert placed == ["sgr.local/" + "a" * 16]
-    assert len(refused) == 2 and "digest does not match" in refused[0] and "not a run checkpoint" in refused[1]
+    assert len(refused) == 3 and "digest does not match" in refused[0] and "not a run checkpoint" in refused[1]
+    assert "not readable gzip" in refused[2]
     assert not (tmp_path / "outside.pt").exists()
 
 
@@ -345,8 +347,8 @@ def test_checkpoints_travel_compressed_over_several_files_and_import_places_each
         save_checkpoint(checkpoint_path(cache, "sgr.local", key), "0" * 16, state)
     files = carry_files(tmp_path / "out")
     (tmp_path / "out").mkdir()
-    carried = bundle([("sgr.local", k) for k in keys], cache, files, limit)
-    assert carried == [f"sgr.local/{k}" for k in keys[:3]]
+    carried, left = bundle([("sgr.local", k) for k in keys], cache, files, limit)
+    assert carried == [f"sgr.local/{k}" for k in keys[:3]] and left == [f"sgr.local/{keys[3]}"]
     assert [f.is_file() for f in files] == [True, True, False] and all(f.stat().st_size <= limit for f in files[:2])
     from gradalign.window_carry import place
 
@@ -420,10 +422,31 @@ def test_a_local_tables_unit_an_earlier_window_saw_diverge_is_trained_again():
     runs (tuning moves to the next rate) and the λ pilot's (validation split) are not."""
     from gradalign.experiments import get
     from gradalign.experiments.units import units_of
-    from gradalign.gpu_window import _retried
+    from gradalign.gpu_import import retried as _retried
 
     six = units_of("sgr.tab6", get("sgr.tab6").resolve("cpu"))
     assert all(_retried(u) for u in six)
     assert not any(_retried(u) for u in units_of("sgr.fig2", get("sgr.fig2").resolve("cpu", TINY)))
     pilot = six[0].spec | {"validation": 5000}  # the λ pilot's runs are read on held-out training images
     assert not _retried(dataclasses.replace(six[0], spec=pilot))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_window_trains_again_a_local_tables_unit_an_earlier_window_saw_diverge(tmp_path, monkeypatch, workers):
+    """An earlier window's report says Table 3's SGR run diverged (under the old stop rule); its divergence is now
+    its result, so this window trains it, on the one-worker and the pool path, and assembles the record."""
+    from gradalign.atomic import content_digest, write_json_atomically
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+
+    results = _machine(monkeypatch, tmp_path, "gpu")
+    monkeypatch.setenv("GRADALIGN_THREADS", "1")
+    tiny = {k: v for k, v in TINY.items() if k != "lrs"}  # Table 3 has no rate grid
+    overrides = {**tiny, "seeds": 1, "networks": ["resnet32"], "methods": ["layerwise", "sgr"]}
+    backlog = (("sgr.tab3", "cpu", overrides),)
+    sgr = next(u for u in units_of("sgr.tab3", get("sgr.tab3").resolve("cpu", overrides)) if "SGR" in u.label)
+    report = {"began": "2026-11-26T00:00:00", "units": [{"kind": sgr.kind, "key": sgr.key, "status": "diverged: x"}]}
+    write_json_atomically(results / "windows" / "w.json", {**report, "digest": content_digest(report)})
+    window = gpu_window(5, tmp_path / "out", backlog, device="cpu", bench=False, workers=workers, echo=lambda _: None)
+    rows = [u for u in window.units if u.get("key") == sgr.key]
+    assert [u["status"] for u in rows] == ["finished"] and window.records and not window.left

@@ -65,12 +65,16 @@ def test_table7_pilot_is_the_first_seed_of_its_rerun_and_waits_for_a_gpu_window(
     assert ("sgr.tab7", "cpu", pilots.RERUNS["sgr.tab7"]) in BACKLOG  # its rerun at sgr.lam7's λ is
     assert pilots.is_pilot("sgr.tab7", "cpu", pilot.overrides)  # a window commits its runs, assembles no record
     assert not pilots.is_pilot("sgr.tab7", "gpu", pilot.overrides)
-    assert not pilots.is_pilot("sgr.tab6", "cpu", {})  # a record's runs
+    assert not pilots.is_pilot("sgr.tab7", "cpu", pilots.RERUNS["sgr.tab7"])  # a rerun's record is the point
 
 
 def test_pilots_over_the_budget_train_here_only_when_asked(monkeypatch, capsys):
     asked = []
     monkeypatch.setattr(pilots, "compute", lambda names, jobs: asked.append(names))
+    with pytest.raises(SystemExit):  # a closed pilot is not trained, even when asked to
+        pilots.main(["sgr.tab7", "--anyway"])
+    assert "closed, its remaining runs are not trained" in capsys.readouterr().err
+    monkeypatch.setattr(pilots, "CLOSED", {})  # were it open: a GPU pilot, trained here only when asked to
     pilots.main([])
     assert asked[-1] == [n for n in pilots.PILOTS if n not in pilots.ON_GPU] and "sgr.tab7" not in asked[-1]
     with pytest.raises(SystemExit):

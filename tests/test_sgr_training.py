@@ -137,6 +137,24 @@ def test_a_local_tables_run_stores_its_divergence_a_pilots_and_an_mlps_stop(monk
     assert tl.divergence_is_a_result(spec("global_bp", 1, network="mlp4"))  # Table 7's "fail", on any network
 
 
+def test_a_local_tables_run_trains_through_chance_and_a_pilots_run_is_stopped_there(monkeypatch):
+    """The loop gets no chance check for a table's final run (it trains on through a fall to chance), and the test
+    accuracy's chance level for a pilot's run (validation split) and Table 4's MLP runs."""
+    from gradalign.training import loop
+
+    asked = []
+
+    def fake_train(run, steps, **kw):
+        asked.append(kw["chance"])
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(loop, "train", fake_train)
+    for s in (spec("sgr", 3), spec("sgr", 3, validation=32)):
+        with pytest.raises(RuntimeError, match="stop here"):
+            tl.train_local(s, data=synthetic())
+    assert asked[0] == () and [c.name for c in asked[1]] == ["test_acc"]
+
+
 def test_tables_3_and_6_share_the_resnet_sgr_runs():
     from gradalign.runcache import run_key
 

@@ -12,9 +12,12 @@ A run has diverged when, at a step or evaluation:
   before any training, such as a linear probe, at once). A short run that never left chance (the `smoke`
   presets) has not started, and is not stopped.
 
-The training loop (`training.loop`) applies all three at every evaluation; runs outside it call them on what
-they measure. The error is a `DivergenceError`: the run is neither cached nor recorded, and the command ends
-with one line, `"<run> diverged at step N: <quantity> = <value>; <hint>"`.
+The training loop (`training.loop`) applies them at every evaluation (the chance check where the run names a
+metric with a chance level); runs outside it call them on what they measure. The error is a `DivergenceError`,
+one line, `"<run> diverged at step N: <quantity> = <value>; <hint>"`: the run is neither cached nor recorded and
+the command ends, except where the run's divergence is its result (`training.local_divergence`: global BP's
+"fail", and a local method's final run in SGR's Tables 3, 6 and 7, which skips the chance check and is stored at
+chance on a NaN).
 """
 
 from __future__ import annotations

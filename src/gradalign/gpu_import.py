@@ -7,7 +7,8 @@ is refused and reported, never placed. The checkpoints of runs the window's box 
 git-ignored `window-carry/` (`window_carry`), for the next window to resume. The quick benchmark records are shown,
 not stored (quick sizes are a code-path check). The command says what it added; commit it as produced, never edited
 by hand. The kept reports are read back here too (`stored_windows`, `diverged_before`): for the compute page, and
-so that a later window does not retrain a unit an earlier one saw diverge.
+so that a later window does not retrain a unit an earlier one saw diverge, unless its divergence is now its result
+(`retried`: the local-BP tables' runs).
 """
 
 from __future__ import annotations
@@ -223,9 +224,18 @@ def stored_windows(root: Path) -> tuple[list[dict], list[str]]:
     return sorted(reports, key=lambda r: str(r.get("began", ""))), bad
 
 
+def retried(unit) -> bool:
+    """A local-BP table's run, whose divergence is now its result (`training.local.divergence_is_a_result`): an
+    earlier window's divergence of it, under the old stop rule, does not keep it from training."""
+    from gradalign.training.local import RUN_KIND, divergence_is_a_result
+
+    return unit.kind == RUN_KIND and divergence_is_a_result(unit.spec)
+
+
 def diverged_before(root: Path) -> set[tuple[str, str]]:
     """(kind, key) of every unit that an earlier window reported diverged, from the reports under `root/windows/`
-    that check: a window does not train them again, and leaves their experiments to a sitting or a decision."""
+    that check: a window does not train them again (except where `retried`), and leaves their experiments to a
+    sitting or a decision."""
     return {
         (unit["kind"], unit["key"])
         for report in stored_windows(root)[0]

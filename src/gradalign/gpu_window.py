@@ -12,11 +12,13 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
    checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried in the
    checkout) are read, not trained: a window continues where the last one stopped. A unit an earlier window reported
    diverged (`gpu_import.diverged_before`) is not trained again: its experiment is left for a sitting to assemble
-   (Table 4 reads a divergence as a result) or for a decision (most experiments stop on one).
+   (Table 4 reads a divergence as a result) or for a decision (most experiments stop on one). The exception is a
+   local-BP table's run, whose divergence is now its result (`gpu_import.retried`): it trains again.
 
-Everything the window finished is written to `--out` as it goes, in `bundle_files` (at most `MAX_FILES`, each
-under `MAX_FILE_BYTES`): `window.json` (what ran, each unit's wall time and hardware, what is left),
-`runs-<n>.json` (committed run entries), `records.json`, `bench.json`. A command stopped at its limit still
+Everything the window finished is written to `--out` as it goes (at most `MAX_FILES` files, each under
+`MAX_FILE_BYTES`): `window.json` (what ran, each unit's wall time and hardware, what is left), `runs-<n>.json`
+(committed run entries), `records.json`, `bench.json`, and the stopped runs' checkpoints in up to
+`window_carry.CARRY_FILES` tar files (`window_carry.carry_files`). A command stopped at its limit still
 leaves what it had finished. Back on the CPU machine `gradalign import DIR` checks every digest (entries as
 `run_unit.check_entry`, records as the results store reads them), places the entries and records in the results
 store, and says what it added; then commit them. Nothing here imports jupyter or papermill.
@@ -37,7 +39,7 @@ from gradalign.atomic import content_digest, read_json_strict, write_json_atomic
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST, is_pilot
 from gradalign.window_pool import unit_row
-from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before
+from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before, retried
 from gradalign.window_carry import CARRY_FILES
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
@@ -87,6 +89,7 @@ class Window:
     left: list[str] = field(default_factory=list)  # experiments of the backlog still unfinished
     carried: list[str] = field(default_factory=list)  # kind/key of checkpoints an earlier window left (resumed here)
     checkpoints: list[str] = field(default_factory=list)  # kind/key of the stopped runs' carried checkpoints
+    checkpoints_left: list[str] = field(default_factory=list)  # stopped runs whose checkpoints found no room
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -142,7 +145,9 @@ def gpu_window(
             _backlog(window, backlog, dev, store, writer, echo)
         else:  # the checks run here while the workers train
             _backlog_in_pool(window, backlog, dev, store, writer, echo, checks)
-    window.checkpoints = carry_stopped(backlog, store.root, carry_files(out), MAX_FILE_BYTES)
+    window.checkpoints, window.checkpoints_left = carry_stopped(backlog, store.root, carry_files(out), MAX_FILE_BYTES)
+    if window.checkpoints_left:
+        echo(f"gpu-window: no room to carry {len(window.checkpoints_left)} checkpoint(s); those runs start over")
     writer.write()
     echo(
         f"gpu-window: {sum(u['status'] == 'finished' for u in window.units)} unit(s) finished, "
@@ -211,14 +216,6 @@ def _quick_bench(dev) -> dict:
     return records
 
 
-def _retried(unit) -> bool:
-    """A local-BP table's run, whose divergence is now its result (`training.local.divergence_is_a_result`): an
-    earlier window's divergence of it, under the old stop rule, does not keep it from training."""
-    from gradalign.training.local import RUN_KIND, divergence_is_a_result
-
-    return unit.kind == RUN_KIND and divergence_is_a_result(unit.spec)
-
-
 def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None:
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
@@ -234,7 +231,7 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                 for unit in units_of(element_id, cfg):
                     if not _box_open():
                         raise TimeBoxSpent(f"the window's time box closed before {unit.label}")
-                    stopped = (unit.kind, unit.key) in diverged and not _retried(unit)
+                    stopped = (unit.kind, unit.key) in diverged and not retried(unit)
                     if stopped and read_entry(store.root / "runs", unit) is None:
                         raise DivergenceError(f"{unit.label} diverged in an earlier window (not trained again)")
                     start, there = time.monotonic(), read_entry(store.root / "runs", unit) is not None
@@ -289,7 +286,7 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         for unit in units:
             if read_entry(runs, unit) is not None:
                 window.units.append(unit_row(element_id, preset, unit, status="committed before"))
-            elif (unit.kind, unit.key) in diverged and not _retried(unit):
+            elif (unit.kind, unit.key) in diverged and not retried(unit):
                 window.units.append(unit_row(element_id, preset, unit, status="diverged in an earlier window"))
             elif (unit.kind, unit.key) in queued:
                 window.units.append(
@@ -307,7 +304,10 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         writer.write()
     for element_id, preset, overrides, units in items:
         if not all(read_entry(runs, unit) is not None for unit in units) or not _box_open():
-            lost = sum((unit.kind, unit.key) in diverged and not _retried(unit) for unit in units)
+            lost = sum(
+                (unit.kind, unit.key) in diverged and not retried(unit) and read_entry(runs, unit) is None
+                for unit in units
+            )
             window.left.append(f"{element_id} [{preset}]" + (f" ({lost} unit(s) diverged)" if lost else ""))
             continue
         if is_pilot(element_id, preset, overrides):

@@ -131,21 +131,25 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
     head = f"**Pilot for `{pilot.element}`:** {pilot.question} Candidate, over the `cpu` preset: {candidate}."
     display(Markdown(head))
     done = [r for r in rows if r["done"]]
-    if done:
+    drawn = [r for r in done if r["curve"]]  # a run that diverged on a NaN has no curve
+    if drawn:
         fig, ax = panels(1, height=2.8)
-        for r, color in zip(done, ramp(len(done))):
+        for r, color in zip(drawn, ramp(len(drawn))):
             x = r["x"] or list(range(1, len(r["curve"]) + 1))
             ax.plot(x, r["curve"], "o-", ms=2, color=color, label=r["arm"])
         first = x[-max(1, math.ceil(LAST_SHARE * len(x)))]
         ax.axvspan(first, x[-1], color="0.9", zorder=0)
         ax.set(xlabel=xlabel, ylabel=ylabel)
-        legend_below(fig, ax, columns=min(4, len(done)))
+        legend_below(fig, ax, columns=min(4, len(drawn)))
         plt.show()
+    if done:
         table = pd.DataFrame(
             {
                 r["arm"]: {
                     ylabel + (", best" if pilot.higher_is_better else ", lowest"): (
-                        max(r["curve"]) if pilot.higher_is_better else min(r["curve"])
+                        (max(r["curve"]) if pilot.higher_is_better else min(r["curve"]))
+                        if r["curve"]
+                        else "diverged" + (f", {r['final']:g} stored" if r["final"] is not None else "")
                     ),
                     "finished learning": {True: "yes", False: "no", None: "too few evaluations"}[r["finished"]],
                     **(
@@ -212,8 +216,8 @@ def rerun_view(element: str, reference: str) -> None:
         ready = [r for r in runs if r["done"]]
         if not ready:
             continue
-        acc = stats([r["curve"][-1] for r in ready])
-        terms = [r["history"].get("sgr", [None])[-1] for r in ready]  # global BP has no SGR term (K = 1)
+        acc = stats([r["final"] for r in ready])  # a diverged run: its stored result, at chance
+        terms = [(r["history"].get("sgr") or [None])[-1] for r in ready]  # global BP has none (K = 1), nor a NaN run
         term = stats(terms) if None not in terms else None
         if len(ready) == len(runs):
             full[(net, method, k)] = (acc, term)
@@ -222,6 +226,7 @@ def rerun_view(element: str, reference: str) -> None:
             "seeds": f"{len(ready)} of {len(runs)}",
             "final test accuracy (%)": mean_std_cell(acc),
             "finished learning": f"{sum(bool(r['finished']) for r in ready)} of {len(ready)}",
+            "diverged": sum(r["diverged"] is not None for r in ready),
             "SGR term, last epoch": "—" if term is None else f"{term['mean']:.2e}",
             "trained on": ", ".join(f"{where.count(c)} {c.upper()}" for c in dict.fromkeys(where)),
             "minutes per run (mean)": round(sum(r["wall_time_s"] for r in ready) / len(ready) / 60, 1),
@@ -250,7 +255,7 @@ def rerun_view(element: str, reference: str) -> None:
     fig, axes = panels(len(shown), columns=min(2, len(shown)), height=2.8)
     for ax, (net, k) in zip(fig.axes, shown):
         for (n, method, modules), runs in groups.items():
-            ready = [r for r in runs if r["done"]]
+            ready = [r for r in runs if r["done"] and r["curve"]]  # a run that diverged on a NaN has no curve
             if (n, modules) != (net, k) or not ready:
                 continue
             length = min(len(r["curve"]) for r in ready)

@@ -138,7 +138,7 @@ RERUNS: dict[str, dict] = {
     # alone is hours of one thread): GPU windows train it
     "sgr.tab7": {"reduction": "mean", "lam": 100.0, "protocol.epochs": 30},
 }
-"""Each element's full rerun at its pilot's candidate scale (every network, label count and family, 3 seeds), as
+"""Each element's full rerun at the scale its pilots chose (every network, label count and family, 3 seeds), as
 overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`) or a GPU window
 (`gpu_window.BACKLOG`) trains next, and what becomes the `cpu` preset once its runs are committed and the pilot
 held. Tables 3 and 6's reruns (60 epochs at the calibrated λ; Table 6 with the paper's K = 3) and the
@@ -193,6 +193,7 @@ def stored(name: str) -> list[dict]:
 
 def stored_units(units: list, arm, metric: str, higher_is_better: bool, tolerance: float) -> list[dict]:
     """Each of `units` as {label, arm, key, done, curve (the metric per evaluation), x (its epochs or steps),
+    final (the metric at the end: a diverged run's stored value, at chance, where its curve is empty), diverged,
     finished, spec, history, labeled_error, hardware, wall_time_s}, from the committed entries only (`done` False
     where a run is not committed yet); `arm(spec)` names a run's arm, `run_finished` judges it."""
     from gradalign.gpu_sizing import run_seconds
@@ -207,6 +208,8 @@ def stored_units(units: list, arm, metric: str, higher_is_better: bool, toleranc
             curve = history.get(metric, [])
             row.update(
                 curve=curve,
+                final=curve[-1] if curve else entry["value"].get(f"final_{metric}"),
+                diverged=entry["value"].get("diverged"),  # a local-BP table's run: its divergence is its result
                 x=history.get("epoch", history.get("step")),  # the x axis: epochs where a run has them
                 finished=run_finished(curve, higher_is_better, tolerance),
                 spec=entry["spec"],
@@ -248,7 +251,7 @@ def compute(names: list[str], jobs: int = 2, echo=print) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Train the pilots' runs (committed under results/runs/).")
-    here = [n for n in PILOTS if n not in ON_GPU]
+    here = [n for n in PILOTS if n not in ON_GPU and n not in CLOSED]
     parser.add_argument("names", nargs="*", help=f"pilots among {', '.join(PILOTS)} (default: {', '.join(here)})")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
     parser.add_argument("--anyway", action="store_true", help=f"also train {', '.join(ON_GPU)} (over the budget)")
@@ -258,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in args.names if n not in PILOTS]
     if unknown:
         parser.error(f"unknown pilot(s) {', '.join(unknown)}; choose among {', '.join(PILOTS)}")
+    closed = [n for n in args.names if n in CLOSED]
+    if closed:
+        parser.error(f"{', '.join(closed)}: closed, its remaining runs are not trained ({CLOSED[closed[0]]})")
     heavy = [n for n in args.names if n in ON_GPU]
     if heavy and not args.anyway:
         parser.error(f"{', '.join(heavy)}: over the two-core budget, a GPU window trains it; --anyway trains it here")

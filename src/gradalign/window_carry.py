@@ -11,8 +11,8 @@ one starts its run over, never corrupts it. A carried checkpoint whose run has s
 import.
 
 Each checkpoint travels gzip-compressed (`<key>.pt.gz`), in up to `CARRY_FILES` tar files (`carry_files`): one
-VGG-57 checkpoint of Table 7 at width ×0.125 is 15.2 MiB, over a window's per-file limit, 13.9 MiB compressed; two
-windows on 2026-11-27 left such checkpoints behind when the one file of 15 MiB was full.
+VGG-57 checkpoint of Table 7 at width ×0.125 is 15.2 MiB, over a window's per-file limit of 15 MiB, and 13.9 MiB
+compressed; two windows on 2026-11-27 left such checkpoints behind.
 """
 
 from __future__ import annotations
@@ -45,13 +45,16 @@ def carry_files(folder: Path, count: int = CARRY_FILES) -> list[Path]:
     return [folder / (CARRY_FILE if n == 1 else f"{stem}-{n}.tar") for n in range(1, count + 1)]
 
 
-def bundle(stopped: list[tuple[str, str]], cache: Path, out_files: list[Path], limit: int) -> list[str]:
+def bundle(
+    stopped: list[tuple[str, str]], cache: Path, out_files: list[Path], limit: int
+) -> tuple[list[str], list[str]]:
     """Write the checkpoints of `stopped` ((kind, key) of runs not committed) found in the run cache `cache`,
     each gzip-compressed, into the tar files `out_files`, at most `limit` bytes each, in order (a checkpoint goes in
-    the first file with room); return `kind/key` of each. A file with no checkpoint is not written."""
+    the first file with room); return (`kind/key` of each carried, of each that found no room). A file with no
+    checkpoint is not written."""
     bins: list[list[tuple[str, bytes]]] = [[] for _ in out_files]
     sizes = [0] * len(out_files)
-    carried = []
+    carried, left = [], []
     for kind, key in stopped:
         path = checkpoint_path(cache, kind, key)
         if not path.is_file():
@@ -60,6 +63,7 @@ def bundle(stopped: list[tuple[str, str]], cache: Path, out_files: list[Path], l
         size = len(packed) + 1024  # its tar header and padding
         room = next((n for n, used in enumerate(sizes) if used + size <= limit - 10240), None)  # end-of-tar blocks
         if room is None:
+            left.append(f"{kind}/{key}")
             continue
         bins[room].append((f"runs/{kind}/{key}.pt.gz", packed))
         sizes[room] += size
@@ -77,7 +81,7 @@ def bundle(stopped: list[tuple[str, str]], cache: Path, out_files: list[Path], l
                     tar.addfile(info, io.BytesIO(packed))
 
         write_atomically(out_file, write, binary=True)
-    return carried
+    return carried, left
 
 
 def checkpoint_problem(raw: bytes) -> str | None:
@@ -161,9 +165,9 @@ def seed(carry: Path, cache: Path, committed: Path) -> list[str]:
     return seeded
 
 
-def carry_stopped(backlog, results: Path, out_files: list[Path], limit: int) -> list[str]:
+def carry_stopped(backlog, results: Path, out_files: list[Path], limit: int) -> tuple[list[str], list[str]]:
     """The checkpoints of the backlog's ((element id, preset, overrides), ...) runs not committed under `results`,
-    bundled into `out_files` for the next window."""
+    bundled into `out_files` for the next window: (carried, found no room) as `bundle`."""
     from gradalign.errors import ConfigError
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of

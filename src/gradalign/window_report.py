@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from gradalign.gpu_import import diverged_before, stored_windows
+from gradalign.gpu_import import diverged_before, retried, stored_windows
 
 
 def unit_times(report: dict) -> dict[tuple[str, str], list[float]]:
@@ -92,7 +92,8 @@ def backlog_markdown(root: Path) -> str:
         "",
         "What the next GPU window trains, most valuable first: the `cpu` runs lost with a machine's cache "
         "(`pilots.RUNS_LOST`), the reruns the pilots chose (`pilots.RERUNS`), the "
-        "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), the pilots over it (`pilots.ON_GPU`), "
+        "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), the pilots over it (`pilots.ON_GPU`, "
+        "less those closed, `pilots.CLOSED`), "
         "then the `gpu` presets. A `gpu` preset "
         "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
         "",
@@ -104,7 +105,7 @@ def backlog_markdown(root: Path) -> str:
         what = (
             "cpu runs lost with a machine's cache"
             if preset == "cpu" and element_id in RUNS_LOST
-            else "rerun at the pilot's scale"
+            else "rerun at the scale its pilots chose"
             if preset == "cpu" and element_id in RERUNS
             else "cpu design over the CPU budget"
             if preset == "cpu" and element_id in OVER_CPU_BUDGET
@@ -114,7 +115,7 @@ def backlog_markdown(root: Path) -> str:
         )
         units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
         missing = [unit for unit in units if read_entry(root / "runs", unit) is None]
-        left = [unit for unit in missing if (unit.kind, unit.key) not in diverged]  # a window trains these
+        left = [unit for unit in missing if (unit.kind, unit.key) not in diverged or retried(unit)]  # trained next
         done, lost = len(units) - len(missing), len(missing) - len(left)
         minutes = unit_minutes(left, times)
         size = (

@@ -183,7 +183,7 @@ def _restored(run: Run, state: dict, checkpoint: Path) -> bool:
     fresh = copy.deepcopy(run.state_dict())
     try:
         run.load_state_dict(state)
-    except (RuntimeError, ValueError, KeyError) as err:
+    except RuntimeError as err:
         run.load_state_dict(fresh)
         why = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
         set_aside(checkpoint, f"cannot be restored on this machine ({why})", "unrestorable")

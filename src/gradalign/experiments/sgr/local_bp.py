@@ -269,7 +269,7 @@ TABLE6_PRESETS = {
 TABLE7_PRESETS = {
     "smoke": {**SHARED["smoke"], "depths": (12, 17), "sgr_split": "stage"},
     "cpu": {"width": 0.125, "n_train": 6400, "n_test": 2000, "seeds": 3, "protocol.epochs": 6, "depths": (12, 37, 57)},
-    # not sized: Table 7's rerun is not designed yet (issue 28); estimated, not timed
+    # not sized: Table 7's rerun is `pilots.RERUNS` (the cpu preset at sgr.lam7's λ, 30 epochs); estimated, not timed
     "gpu": {"width": 0.5, "n_train": 0, "n_test": 0, "seeds": 3, "protocol.epochs": 5, "depths": (12, 27, 37, 47, 57)},
     "paper": {**PAPER, "depths": (12, 17, 27, 37, 47, 57)},
 }
@@ -293,7 +293,10 @@ CHOICES = {
     "rules": "A beats B: mean over seeds higher by more than 2 SE of the difference; A at least B: not lower by "
     "more than 2 SE (the book's rules); "
     "Table 7: global BP collapsed = below halfway from its shallowest accuracy to chance; SGR stable = "
-    "within 5 points over depths",
+    "within 5 points over depths and above that halfway mark at every depth",
+    "divergence": "a local method's run that diverges keeps training (its test accuracy may fall to chance and "
+    "recover); its end is its result, at chance on a NaN (our rule, `training.local_divergence`: no table tunes a "
+    "run)",
     "denormals": "on the CPU denormal floats are flushed to zero during training (speed; VGG without BN)",
 }
 SHARES = "the training runs stored once for sgr.tab3, sgr.tab6 and sgr.tab7 (run cache: sgr.local)"

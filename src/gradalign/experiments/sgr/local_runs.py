@@ -196,10 +196,11 @@ def _still_improving(history: dict) -> bool:
 
 
 def curves_of(runs: list[dict]) -> dict:
-    """Per-epoch curves of every seed that did not diverge: test accuracy and loss, train loss, mean SGR term."""
+    """Per-epoch curves of every seed that did not diverge: test accuracy and loss, train loss, mean SGR term; and
+    how many seeds diverged (their result is stored at chance; they count as seeds, `validity._seeds`)."""
     kept = [r["history"] for r in runs if r["diverged"] is None]
     names = ("test_acc", "test_loss", "train_loss", "train_acc", "sgr")
-    out = {"epoch": kept[0]["epoch"] if kept else []}
+    out = {"epoch": kept[0]["epoch"] if kept else [], "diverged": len(runs) - len(kept)}
     out.update({name: [h[name] for h in kept] for name in names})
     out["sgr_by_module"] = [h["sgr_by_module"][-1] for h in kept]  # the last epoch's, per module
     return out

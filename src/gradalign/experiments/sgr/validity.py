@@ -28,12 +28,14 @@ def _last_mean(rows: list[list]) -> float | None:
 
 
 def _finished(curves: dict, keys: list[str]) -> dict:
+    """Over the runs that did not diverge (a diverged run's result is stored at chance: it has no curve to judge)."""
     runs = {f"{k}/seed{i}": row for k in keys for i, row in enumerate(curves[k]["test_acc"])}
     return finished_learning(runs, higher_is_better=True, tolerance=TOLERANCE, metric="test accuracy (%)")
 
 
 def _seeds(curves: dict, keys: list[str]) -> dict:
-    return enough_seeds({k: len(curves[k]["test_acc"]) for k in keys})
+    """Seeds per arm, those that diverged included (their divergence is their result: `training.local_divergence`)."""
+    return enough_seeds({k: len(curves[k]["test_acc"]) + curves[k].get("diverged", 0) for k in keys})
 
 
 def _active(curves: dict, pairs: dict[str, tuple[str, str]], reference: str = "layer-wise") -> dict:
