@@ -257,8 +257,8 @@ PAPER = {"datasets": ("cifar10",), "width": 1.0, "n_train": 0, "n_test": 0, "see
 TABLE3_CPU = {**SHARED_CPU, **CALIBRATED, "protocol.epochs": 60}
 TABLE3_PRESETS = {**SHARED, "cpu": TABLE3_CPU, "smoke": {**SHARED["smoke"], "modules": 3}, "paper": PAPER}
 # Table 6 at cpu: its rerun (issue 28), at Table 3's cpu scale with the paper's K = 3 added, its 39 runs committed
-# (2026-11-27): 20 trained in four GPU windows, 16 here (ResNet-32 global BP 11-15 min and Greedy at K = 2 11 min of
-# one thread), and the 3 SGR runs at K = 16 are Table 3's
+# (2026-11-27): 30 trained in four GPU windows (an H100), 9 here: global BP (11-15 min of one thread) and Greedy at
+# K = 2 (11 min), 3 seeds each, and the 3 SGR runs at K = 16, which are Table 3's
 TABLE6_CPU = {**TABLE3_CPU, "splits": (16, 3, 2)}
 TABLE6_PRESETS = {
     "smoke": {**SHARED["smoke"], "splits": (3, 2)},
