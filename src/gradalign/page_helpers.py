@@ -140,7 +140,7 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
         first = x[-max(1, math.ceil(LAST_SHARE * len(x)))]
         ax.axvspan(first, x[-1], color="0.9", zorder=0)
         ax.set(xlabel=xlabel, ylabel=ylabel)
-        legend_below(fig, ax, columns=min(4, len(drawn)))
+        legend_below(fig, ax, columns=min(3, len(drawn)))  # arm names as long as "Layer-wise, VGG-37"
         plt.show()
     if done:
         table = pd.DataFrame(
