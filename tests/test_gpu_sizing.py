@@ -84,10 +84,17 @@ def test_the_backlog_page_sizes_units_from_committed_times(tmp_path, units):
     assert "**4.0×** (range 4.0–4.0×, sgr.local" in text
     row = next(line for line in text.splitlines() if "`sgr.tab3` | `gpu`" in line)  # layer-wise ResNet: seeds 2-4 left
     assert "| 2 of 30 | 2.5 (2.5–2.5; measured; 3 of 28 timed) |" in row
-    sgr = units["SGR"][0]  # a window saw it diverge: not left to train, and said so
-    report = {"began": "2026-11-26T00:00:00", "units": [{"kind": sgr.kind, "key": sgr.key, "status": "diverged: x"}]}
+    sgr = units["SGR"][0]  # a window saw it diverge, but a local table's divergence is now its result: left to train
+    fa = next(u for u in units_of("sgr.tab4", get("sgr.tab4").resolve("cpu")) if u.label.startswith("FA"))  # stops
+    report = {
+        "began": "2026-11-26T00:00:00",
+        "units": [{"kind": u.kind, "key": u.key, "status": "diverged: x"} for u in (sgr, fa)],
+    }
     write_json_atomically(tmp_path / "windows" / "w.json", {**report, "digest": content_digest(report)})
-    row = next(line for line in backlog_markdown(tmp_path).splitlines() if "`sgr.tab3` | `gpu`" in line)
-    assert "| 2 of 30 (1 diverged in a window, not retried) | 2.5 (2.5–2.5; measured; 3 of 27 timed) |" in row
+    lines = backlog_markdown(tmp_path).splitlines()
+    row = next(line for line in lines if "`sgr.tab3` | `gpu`" in line)
+    assert "| 2 of 30 | 2.5 (2.5–2.5; measured; 3 of 28 timed) |" in row
+    row = next(line for line in lines if "`sgr.tab4` | `cpu`" in line)
+    assert "(1 diverged in a window, not retried)" in row
     empty = backlog_markdown(tmp_path / "nothing")
     assert "not timed" in empty and "No run has been trained both" in empty

@@ -104,10 +104,10 @@ def _stored(tmp_path) -> list:
             ["siamese.lr=1e6"],
             r"siamese L EMA diverged at step \d+: probe_test_acc = 0\.\d+, back at chance",
         ),
-        (  # "diverged at step 4" was kept inside the cache entry
-            "sgr.tab3",
-            ["protocol.lr=1e6"],
-            r"K=3 resnet32 seed 0 diverged at step \d+: \w+ = nan",
+        (  # every tuning run of Figure 2's layer-wise arm diverged: it had fallen through to a KeyError
+            "sgr.fig2",
+            ["lrs=[1e6]"],
+            r"Layer-wise diverged at every rate of its tuning grid \(1e\+06\); lower the rates",
         ),
         ("sgr.eq5-6", ["lr=1e6"], r"Algorithm 1 \(sgr\) diverged at step \d+: local losses = [0-9.e+]+ \(exploded"),
         ("sgr.prop35", ["eta=1e6"], r"diverged at step 1: loss L2' without SGR = [0-9.e+]+ \(exploded"),
@@ -124,8 +124,9 @@ def test_a_diverging_run_stops_in_one_line_and_stores_nothing(
     assert _stored(tmp_path) == []
 
 
-def test_global_bp_divergence_stays_a_result_only_for_global_bp(monkeypatch):
-    """Table 7's "fail": a global-BP run that diverges is a run at chance; a local method's stops."""
+def test_a_local_tables_divergence_is_its_result_and_a_pilots_stops(monkeypatch):
+    """Table 7's "fail" and a local method's final run in Tables 3, 6, 7: a run that diverges is stored at chance;
+    a pilot's run (validation split) stops."""
     from gradalign.methods.local import LOCAL_METHODS, LocalSettings
     from gradalign.training import local as tl
 
@@ -137,19 +138,33 @@ def test_global_bp_divergence_stays_a_result_only_for_global_bp(monkeypatch):
     test = torch.randn(16, 1, 12, 12, generator=g)
     data = tl.LocalData(images, torch.arange(32) % 10, test, torch.arange(16) % 10, (0.5,), (0.3,))
 
-    def spec(method, modules):
+    def spec(method, modules, validation=0):
         return tl.LocalRunSpec(
             network="resnet32",
             method=LocalSettings(method=method, modules=modules),
             protocol=tl.SGRProtocol(epochs=1, batch_size=16),
             width=0.125,
+            validation=validation,
         )
 
     for method, modules in (("global_bp", 1), ("sgr", 3)):
         monkeypatch.setitem(LOCAL_METHODS, method, nan_step)
     assert "diverged at step 2" in tl.train_local(spec("global_bp", 1), data=data)["diverged"]
+    stored = tl.train_local(spec("sgr", 3), data=data)
+    assert "SGR K=3 resnet32 seed 0 diverged at step 2: loss = nan" in stored["diverged"]
+    assert stored["final_test_acc"] == 10.0
     with pytest.raises(DivergenceError, match="SGR K=3 resnet32 seed 0 diverged at step 2: loss = nan"):
-        tl.train_local(spec("sgr", 3), data=data)
+        tl.train_local(spec("sgr", 3, validation=8), data=data)
+
+
+def test_a_local_table_whose_runs_diverge_is_assembled_with_them_at_chance(tmp_path, monkeypatch, capsys):
+    """Table 3 at a rate of 1e6: every run diverges, each is stored at chance, and the record says how many."""
+    status, err = _run_cli(tmp_path, monkeypatch, capsys, "sgr.tab3", "--set", "protocol.lr=1e6")
+    assert status == 0, err
+    record = next((tmp_path / "results").rglob("sgr.tab3/smoke-*.json"))
+    table = __import__("json").loads(record.read_text())["metrics"]["table"]
+    summaries = [s for by_net in table.values() for by_method in by_net.values() for s in by_method.values()]
+    assert summaries and all(s["diverged"] == s["n"] and s["mean"] == 10.0 for s in summaries)
 
 
 # ---- a record with no checks ---------------------------------------------------------------------------

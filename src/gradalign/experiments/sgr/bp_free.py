@@ -224,6 +224,11 @@ def _tuned_runs(cfg: BPFreeConfig, tuning: dict, device) -> dict:
         entry = tuning.get(d, {}).get(m)
         rates = [None] if entry is None else sorted(entry["grid"], key=lambda r: (-entry["grid"][r], float(r)))
         rates = [r for r in rates if r is None or entry["grid"][r] > 0]
+        if not rates and m not in BASELINES:  # every tuning run diverged: nothing to train SGR's own method at
+            from gradalign.methods.local import TITLES
+
+            grid = ", ".join(map(str, entry["grid"]))
+            raise DivergenceError(f"{TITLES[m]} diverged at every rate of its tuning grid ({grid}); lower the rates")
         for rate in rates:
             lr = None if rate is None else float(rate)
             try:

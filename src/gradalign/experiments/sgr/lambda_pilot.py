@@ -320,6 +320,13 @@ CHOICES7 = {
     "grid": "the mean reduction, λ from 0.1 to sgr.lam's choice 10³, a decade apart (our grid)",
 }
 
+
+def _only_vggs(cfg: LambdaPilotConfig) -> bool:
+    from gradalign.training.local import network_depth
+
+    return all(network_depth(n) for n in cfg.networks)
+
+
 EXPERIMENTS = [
     Experiment(
         "sgr.lam",
@@ -345,5 +352,6 @@ EXPERIMENTS = [
         "one seed",
         choices=CHOICES7,
         scale=pilot_scale,
+        unused=lambda cfg: {"splits": "a VGG is split at every conv (K = d − 2)"} if _only_vggs(cfg) else {},
     ),
 ]
