@@ -232,6 +232,12 @@ def retried(unit) -> bool:
     return unit.kind == RUN_KIND and divergence_is_a_result(unit.spec)
 
 
+def left_diverged(unit, diverged: set[tuple[str, str]]) -> bool:
+    """Whether a window leaves `unit` alone: an earlier window saw it diverge (`diverged`, from `diverged_before`)
+    and its divergence still stops its experiment (not `retried`)."""
+    return (unit.kind, unit.key) in diverged and not retried(unit)
+
+
 def diverged_before(root: Path) -> set[tuple[str, str]]:
     """(kind, key) of every unit that an earlier window reported diverged, from the reports under `root/windows/`
     that check: a window does not train them again (except where `retried`), and leaves their experiments to a

@@ -39,7 +39,7 @@ from gradalign.atomic import content_digest, read_json_strict, write_json_atomic
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST, is_pilot
 from gradalign.window_pool import unit_row
-from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before, retried
+from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before, left_diverged
 from gradalign.window_carry import CARRY_FILES
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
@@ -231,7 +231,7 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                 for unit in units_of(element_id, cfg):
                     if not _box_open():
                         raise TimeBoxSpent(f"the window's time box closed before {unit.label}")
-                    stopped = (unit.kind, unit.key) in diverged and not retried(unit)
+                    stopped = left_diverged(unit, diverged)
                     if stopped and read_entry(store.root / "runs", unit) is None:
                         raise DivergenceError(f"{unit.label} diverged in an earlier window (not trained again)")
                     start, there = time.monotonic(), read_entry(store.root / "runs", unit) is not None
@@ -286,7 +286,7 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         for unit in units:
             if read_entry(runs, unit) is not None:
                 window.units.append(unit_row(element_id, preset, unit, status="committed before"))
-            elif (unit.kind, unit.key) in diverged and not retried(unit):
+            elif left_diverged(unit, diverged):
                 window.units.append(unit_row(element_id, preset, unit, status="diverged in an earlier window"))
             elif (unit.kind, unit.key) in queued:
                 window.units.append(
@@ -304,10 +304,7 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
         writer.write()
     for element_id, preset, overrides, units in items:
         if not all(read_entry(runs, unit) is not None for unit in units) or not _box_open():
-            lost = sum(
-                (unit.kind, unit.key) in diverged and not retried(unit) and read_entry(runs, unit) is None
-                for unit in units
-            )
+            lost = sum(left_diverged(unit, diverged) and read_entry(runs, unit) is None for unit in units)
             window.left.append(f"{element_id} [{preset}]" + (f" ({lost} unit(s) diverged)" if lost else ""))
             continue
         if is_pilot(element_id, preset, overrides):

@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from gradalign.gpu_import import diverged_before, retried, stored_windows
+from gradalign.gpu_import import diverged_before, left_diverged, stored_windows
 
 
 def unit_times(report: dict) -> dict[tuple[str, str], list[float]]:
@@ -115,7 +115,7 @@ def backlog_markdown(root: Path) -> str:
         )
         units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
         missing = [unit for unit in units if read_entry(root / "runs", unit) is None]
-        left = [unit for unit in missing if (unit.kind, unit.key) not in diverged or retried(unit)]  # trained next
+        left = [unit for unit in missing if not left_diverged(unit, diverged)]  # a window trains these
         done, lost = len(units) - len(missing), len(missing) - len(left)
         minutes = unit_minutes(left, times)
         size = (

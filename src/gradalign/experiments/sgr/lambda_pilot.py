@@ -31,7 +31,7 @@ from torch.nn import functional as F
 from gradalign.config import Config, require
 from gradalign.models.vgg_deep import VGG_DEPTHS
 from gradalign.experiments.base import Experiment, check, outcome
-from gradalign.training.local import SGRProtocol
+from gradalign.training.local import SGRProtocol, network_depth
 
 NOTEBOOK = "notebooks/sgr/02_local_bp.ipynb"
 ACTIVE_RATIO = 0.5  # the term acts: SGR's at the end <= 0.5 x layer-wise training's (issue 28's rule)
@@ -54,8 +54,6 @@ class LambdaPilotConfig(Config):
         from gradalign.data.image_sets import IMAGE_SETS
 
         super().validate()
-        from gradalign.training.local import network_depth
-
         known = all(n in ("plainnet32", "resnet32") or network_depth(n) for n in self.networks)
         require(self, "networks", known, "must be among resnet32, plainnet32, vgg<d> (Table 7's depths)")
         require(self, "networks", len(self.networks) >= 1, "must name at least one network")
@@ -76,8 +74,6 @@ class LambdaPilotConfig(Config):
     def pairs(self) -> list[tuple[str, int]]:
         """(network, K) of every run group: ResNet-32 and PlainNet-32 at each of `splits`; a VGG-d at Table 7's
         split for SGR, every conv a module (K = d − 2, `Table7Config.sgr_modules`)."""
-        from gradalign.training.local import network_depth
-
         return [
             (net, K)
             for net in self.networks
@@ -322,8 +318,6 @@ CHOICES7 = {
 
 
 def _only_vggs(cfg: LambdaPilotConfig) -> bool:
-    from gradalign.training.local import network_depth
-
     return all(network_depth(n) for n in cfg.networks)
 
 
