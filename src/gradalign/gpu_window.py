@@ -37,7 +37,8 @@ from typing import Callable
 
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST, is_pilot
+from gradalign.pilots import BUDGET_CHECKS, CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST
+from gradalign.pilots import budget_overrides, runs_only
 from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before, left_diverged
 from gradalign.window_carry import CARRY_FILES
@@ -45,6 +46,7 @@ from gradalign.window_carry import CARRY_FILES
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
     + tuple((element_id, "cpu", overrides) for element_id, overrides in RERUNS.items())
+    + tuple((element_id, "cpu", budget_overrides(element_id)) for element_id in BUDGET_CHECKS)
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
     + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
     + tuple(
@@ -65,8 +67,9 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
 )
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
 machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then the reruns of the `cpu` scales
-that the pilots chose (`pilots.RERUNS`), then the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then
-the pilots over it (`ON_GPU`, less the `CLOSED`), then the `gpu` presets (LGA's Figure 7 first and its subsets after
+that the pilots chose (`pilots.RERUNS`), then the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), then
+the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
+then the `gpu` presets (LGA's Figure 7 first and its subsets after
 it; the meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
 CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_fast_path_agreement.py", "tests/test_activation_memory.py")
 MAX_FILES = 8
@@ -245,8 +248,8 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                         unit_row(element_id, preset, unit, seconds=seconds, hardware=hardware, status=status)
                     )
                     writer.write()
-            if is_pilot(element_id, preset, overrides):
-                continue  # a pilot's runs: its page reads them, no record
+            if runs_only(element_id, preset, overrides):
+                continue  # a pilot's or a budget check's runs: read by a page or a precondition, no record
             start = time.monotonic()
             run(element_id, preset, overrides, store=store, device=str(dev))
             window.records.append(f"{element_id} [{preset}] in {time.monotonic() - start:.1f} s")
@@ -307,8 +310,8 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
             lost = sum(left_diverged(unit, diverged) and read_entry(runs, unit) is None for unit in units)
             window.left.append(f"{element_id} [{preset}]" + (f" ({lost} unit(s) diverged)" if lost else ""))
             continue
-        if is_pilot(element_id, preset, overrides):
-            continue  # a pilot's runs: its page reads them, no record
+        if runs_only(element_id, preset, overrides):
+            continue  # a pilot's or a budget check's runs: read by a page or a precondition, no record
         try:
             start = time.monotonic()
             run(element_id, preset, overrides, store=store, device=str(dev))

@@ -155,9 +155,61 @@ cheaper than SGR). Over the 1.5-hour budget."""
 
 
 def is_pilot(element_id: str, preset: str, overrides: dict) -> bool:
-    """Whether a backlog item is a pilot's runs: they are trained and committed, but no record is assembled from
-    them (one seed; the pilot's page reads the runs)."""
+    """Whether a backlog item is a pilot's runs (one seed; the pilot's page reads the runs)."""
     return preset == "cpu" and any(p.element == element_id and p.overrides == overrides for p in PILOTS.values())
+
+
+def budget_overrides(element_id: str) -> dict:
+    """The budget check's overrides of the element's `cpu` preset (`experiments.sgr.budget`): its rerun's
+    (`RERUNS`), while one is pending, with the epochs halved."""
+    from gradalign.experiments import get
+    from gradalign.experiments.sgr.budget import half_budget
+
+    if element_id not in BUDGET_CHECKS:
+        raise ValueError(f"{element_id} has no budget check; choose among {', '.join(BUDGET_CHECKS)}")
+    rerun = RERUNS.get(element_id, {})
+    return {**rerun, "protocol.epochs": half_budget(get(element_id).resolve("cpu", rerun)).protocol.epochs}
+
+
+def budget_units(element_id: str) -> list:
+    """The budget check's runs: the element's `cpu` runs (its pending rerun's) at half the epochs."""
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+
+    return units_of(element_id, get(element_id).resolve("cpu", budget_overrides(element_id)))
+
+
+def is_budget_check(element_id: str, preset: str, overrides: dict) -> bool:
+    """Whether a backlog item is a budget check's runs (the table's runs at half the epochs, which its
+    finished-learning precondition reads)."""
+    return preset == "cpu" and element_id in BUDGET_CHECKS and overrides == budget_overrides(element_id)
+
+
+def runs_only(element_id: str, preset: str, overrides: dict) -> bool:
+    """Whether a backlog item's runs are trained and committed with no record assembled from them: a pilot's or a
+    budget check's."""
+    return is_pilot(element_id, preset, overrides) or is_budget_check(element_id, preset, overrides)
+
+
+def purpose(element_id: str, preset: str, overrides: dict) -> str:
+    """What a backlog item (`gpu_window.BACKLOG`) trains, in words."""
+    if preset != "cpu":
+        return f"{preset} preset"
+    if is_budget_check(element_id, preset, overrides):
+        return "budget check: its runs at half the epochs"
+    if is_pilot(element_id, preset, overrides):
+        return "pilot over the CPU budget"
+    if element_id in RUNS_LOST:
+        return "cpu runs lost with a machine's cache"
+    if element_id in RERUNS:
+        return "rerun at the scale its pilots chose"
+    return "cpu design over the CPU budget" if element_id in OVER_CPU_BUDGET else "cpu preset"
+
+
+BUDGET_CHECKS: tuple[str, ...] = ("sgr.tab7", "sgr.tab3", "sgr.tab6")
+"""Elements whose finished-learning precondition reads their runs at half the epochs (`experiments.sgr.budget`):
+a GPU window trains these after the reruns (Table 7's first: its rerun needs them to be a valid test), committing
+the runs and assembling no record from them."""
 
 
 RUNS_LOST: tuple[str, ...] = ("sgr.tab4", "sgr.fig2", "sgr.fig3", "sgr.fig4")
@@ -236,11 +288,17 @@ def _job(unit) -> str:
 
 def compute(names: list[str], jobs: int = 2, echo=print) -> None:
     """Train the pilots' runs that are not committed yet, `jobs` at a time (one thread each)."""
-    from multiprocessing import Pool
-
     from gradalign.sweep import missing_units
 
-    units = [u for name in names for u in missing_units(PILOTS[name].units(PILOTS[name]), _committed())]
+    train_units(
+        [u for name in names for u in missing_units(PILOTS[name].units(PILOTS[name]), _committed())], jobs, echo
+    )
+
+
+def train_units(units: list, jobs: int = 2, echo=print) -> None:
+    """Train `units` here (committed), `jobs` at a time, one thread each; a failed one is reported, the others go on."""
+    from multiprocessing import Pool
+
     echo(f"{len(units)} run(s) to train: {', '.join(u.label for u in units) or 'none'}")
     if not units:
         return
@@ -255,9 +313,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"pilots among {', '.join(PILOTS)} (default: {', '.join(here)})")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
     parser.add_argument("--anyway", action="store_true", help=f"also train {', '.join(ON_GPU)} (over the budget)")
+    parser.add_argument(
+        "--budget",
+        nargs="+",
+        metavar="ELEMENT",
+        help=f"train the budget checks of these (among {', '.join(BUDGET_CHECKS)})",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
+    if args.budget:
+        unknown = [e for e in args.budget if e not in BUDGET_CHECKS]
+        if unknown or args.names:
+            parser.error(f"--budget takes elements among {', '.join(BUDGET_CHECKS)}, and no pilot names")
+        from gradalign.sweep import missing_units
+
+        train_units([u for e in args.budget for u in missing_units(budget_units(e), _committed())], args.jobs)
+        return 0
     unknown = [n for n in args.names if n not in PILOTS]
     if unknown:
         parser.error(f"unknown pilot(s) {', '.join(unknown)}; choose among {', '.join(PILOTS)}")

@@ -83,7 +83,7 @@ def backlog_markdown(root: Path) -> str:
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.gpu_sizing import TARGET_MINUTES, committed_times, speedups, unit_minutes
     from gradalign.gpu_window import BACKLOG
-    from gradalign.pilots import ON_GPU, OVER_CPU_BUDGET, RERUNS, RUNS_LOST
+    from gradalign.pilots import purpose
     from gradalign.run_unit import read_entry
 
     diverged = diverged_before(root)
@@ -93,7 +93,8 @@ def backlog_markdown(root: Path) -> str:
         "What the next GPU window trains, most valuable first: the `cpu` runs lost with a machine's cache "
         "(`pilots.RUNS_LOST`), the reruns the pilots chose (`pilots.RERUNS`), the "
         "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), the pilots over it (`pilots.ON_GPU`, "
-        "less those closed, `pilots.CLOSED`), "
+        "less those closed, `pilots.CLOSED`), the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs that "
+        "tell whether a table's runs finished learning), "
         "then the `gpu` presets. A `gpu` preset "
         "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
         "",
@@ -102,17 +103,7 @@ def backlog_markdown(root: Path) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for n, (element_id, preset, overrides) in enumerate(BACKLOG, 1):
-        what = (
-            "cpu runs lost with a machine's cache"
-            if preset == "cpu" and element_id in RUNS_LOST
-            else "rerun at the scale its pilots chose"
-            if preset == "cpu" and element_id in RERUNS
-            else "cpu design over the CPU budget"
-            if preset == "cpu" and element_id in OVER_CPU_BUDGET
-            else "pilot over the CPU budget"
-            if preset == "cpu" and element_id in ON_GPU
-            else "gpu preset"
-        )
+        what = purpose(element_id, preset, overrides)
         units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
         missing = [unit for unit in units if read_entry(root / "runs", unit) is None]
         left = [unit for unit in missing if not left_diverged(unit, diverged)]  # a window trains these

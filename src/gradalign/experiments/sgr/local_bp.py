@@ -68,6 +68,29 @@ def table3_checks(table: dict) -> dict:
     return checks
 
 
+def table3_arms(cfg: Table3Config) -> dict[str, tuple[str, str, int, str]]:
+    """Each arm's curve key in the record -> its job (network, method, K, data set)."""
+    return {
+        f"{d}/{net}/{m}": (net, m, cfg.modules, d) for d in cfg.datasets for net in cfg.networks for m in cfg.methods
+    }
+
+
+def table6_arms(cfg: Table6Config) -> dict[str, tuple[str, str, int, str]]:
+    arms = {f"{d}/{m}/K={k}": ("resnet32", m, k, d) for d in cfg.datasets for m in cfg.methods for k in cfg.splits}
+    return arms | ({f"{d}/global_bp": ("resnet32", "global_bp", 1, d) for d in cfg.datasets} if cfg.global_bp else {})
+
+
+def table7_arms(cfg: Table7Config) -> dict[str, tuple[str, str, int, str]]:
+    from gradalign.training.local import vgg_name
+
+    return {
+        f"{ds}/{m}/d={d}": (vgg_name(d), m, 1 if m == "global_bp" else cfg.sgr_modules(d), ds)
+        for ds in cfg.datasets
+        for d in cfg.depths
+        for m in ("global_bp", "sgr", "layerwise")
+    }
+
+
 def table3_jobs(cfg: Table3Config) -> list[tuple[str, str, int, str]]:
     """(network, method, K, data set) of every run of Table 3 (each over the seeds)."""
     return [(net, m, cfg.modules, d) for d in cfg.datasets for net in cfg.networks for m in cfg.methods]
@@ -90,12 +113,10 @@ def table7_jobs(cfg: Table7Config) -> list[tuple[str, str, int, str]]:
 def table3(cfg: Table3Config, device) -> dict:
     """Table 3: final test accuracy of each network × method at K local modules."""
     runs = run_group(cfg, table3_jobs(cfg), device)
-    tables, curves = {}, {}
+    tables = {}
     for d in cfg.datasets:
         tables[d] = {net: {m: summary(runs[(net, m, cfg.modules, d)]) for m in cfg.methods} for net in cfg.networks}
-        for net in cfg.networks:
-            for m in cfg.methods:
-                curves[f"{d}/{net}/{m}"] = curves_of(runs[(net, m, cfg.modules, d)])
+    curves = {key: curves_of(runs[job]) for key, job in table3_arms(cfg).items()}
     checks = {}
     for d in cfg.datasets:
         for name, c in table3_checks(tables[d]).items():
@@ -143,15 +164,11 @@ def table6_checks(table: dict, global_bp: dict | None) -> dict:
 def table6(cfg: Table6Config, device) -> dict:
     """Table 6: ResNet-32 at each K with each local method, and global BP."""
     runs = run_group(cfg, table6_jobs(cfg), device)
-    tables, globals_, curves, checks = {}, {}, {}, {}
+    tables, globals_, checks = {}, {}, {}
+    curves = {key: curves_of(runs[job]) for key, job in table6_arms(cfg).items()}
     for d in cfg.datasets:
         tables[d] = {m: {str(k): summary(runs[("resnet32", m, k, d)]) for k in cfg.splits} for m in cfg.methods}
         globals_[d] = summary(runs[("resnet32", "global_bp", 1, d)]) if cfg.global_bp else None
-        for m in cfg.methods:
-            for k in cfg.splits:
-                curves[f"{d}/{m}/K={k}"] = curves_of(runs[("resnet32", m, k, d)])
-        if cfg.global_bp:
-            curves[f"{d}/global_bp"] = curves_of(runs[("resnet32", "global_bp", 1, d)])
         by_k = {m: {int(k): s for k, s in row.items()} for m, row in tables[d].items()}
         for name, c in table6_checks(by_k, globals_[d]).items():
             checks[name if len(cfg.datasets) == 1 else f"{d}_{name}"] = c
@@ -201,7 +218,8 @@ def table7(cfg: Table7Config, device) -> dict:
     from gradalign.training.local import vgg_name
 
     runs = run_group(cfg, table7_jobs(cfg), device)
-    tables, curves, checks = {}, {}, {}
+    tables, checks = {}, {}
+    curves = {key: curves_of(runs[job]) for key, job in table7_arms(cfg).items()}
     for ds in cfg.datasets:
         bp = {d: summary(runs[(vgg_name(d), "global_bp", 1, ds)]) for d in cfg.depths}
         sgr = {d: summary(runs[(vgg_name(d), "sgr", cfg.sgr_modules(d), ds)]) for d in cfg.depths}
@@ -211,10 +229,6 @@ def table7(cfg: Table7Config, device) -> dict:
             "sgr": {str(d): s for d, s in sgr.items()},
             "layerwise": {str(d): s for d, s in layerwise.items()},
         }
-        for d in cfg.depths:
-            curves[f"{ds}/global_bp/d={d}"] = curves_of(runs[(vgg_name(d), "global_bp", 1, ds)])
-            curves[f"{ds}/sgr/d={d}"] = curves_of(runs[(vgg_name(d), "sgr", cfg.sgr_modules(d), ds)])
-            curves[f"{ds}/layerwise/d={d}"] = curves_of(runs[(vgg_name(d), "layerwise", cfg.sgr_modules(d), ds)])
         chance = 100.0 / image_set_info(ds).num_classes
         for name, c in table7_checks(bp, sgr, chance).items():
             checks[name if len(cfg.datasets) == 1 else f"{ds}_{name}"] = c
@@ -225,6 +239,10 @@ def table7(cfg: Table7Config, device) -> dict:
         "sgr_modules": {str(d): cfg.sgr_modules(d) for d in cfg.depths},
     }
     return outcome(checks, metrics, curves, scope=scope(cfg, ("cifar10",)))
+
+
+ARMS = {"sgr.tab3": table3_arms, "sgr.tab6": table6_arms, "sgr.tab7": table7_arms}
+"""Element id -> its arms (curve key -> job), which the budget check pairs with their half-budget runs."""
 
 
 # --- presets -----------------------------------------------------------------------------------------------

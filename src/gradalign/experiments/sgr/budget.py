@@ -1,0 +1,53 @@
+"""SGR part: the budget check of Tables 3, 6 and 7, their runs at half the epochs (`experiments.budget_rule`).
+
+Every local-BP run decays its learning rate to zero on a cosine (App. E), so its own last epochs cannot show
+whether it had finished learning. The budget check's runs are the table's runs with `protocol.epochs` halved and
+nothing else changed (same data, seeds and settings): ordinary `sgr.local` runs, committed under `results/runs/`
+like every run. `pairs` reads them and never trains: the precondition is measured from whichever half-budget runs
+are committed when a record is assessed (`gradalign.rederive` updates a stored record's verdict when more are).
+
+Train them: `python -m gradalign.pilots --budget sgr.tab3` (two runs at a time, one thread each; a stopped run
+resumes from its checkpoint); a GPU window trains them after the reruns (`pilots.BUDGET_CHECKS`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gradalign.experiments.sgr.local_bp import ARMS
+
+
+def half_budget(cfg):
+    """`cfg` with half its epochs (at least one)."""
+    return replace(cfg, protocol=replace(cfg.protocol, epochs=max(1, cfg.protocol.epochs // 2)))
+
+
+def _final(spec) -> float | None:
+    """The committed run's final test accuracy (a diverged run's is stored at chance), or None."""
+    from gradalign.run_unit import read_entry
+    from gradalign.store_root import results_root
+    from gradalign.training.local import local_unit
+
+    entry = read_entry(results_root() / "runs", local_unit(spec))
+    return None if entry is None else float(entry["value"]["final_test_acc"])
+
+
+def pairs(record: dict) -> dict[str, tuple[list[float], list[float] | None]]:
+    """For each arm of the record (its curve key): (the final test accuracies of its seeds at the record's budget,
+    those at half of it, or None unless every seed has one). Arms whose full-budget runs are not committed, and
+    records of other elements, have no entry: their runs are judged on their own curves."""
+    from gradalign.experiments import get
+
+    if record["id"] not in ARMS:
+        return {}
+    cfg = get(record["id"]).resolve(record["preset"], record["config"])
+    half = half_budget(cfg)
+    seeds = range(cfg.seed, cfg.seed + cfg.seeds)
+    out = {}
+    for key, job in ARMS[record["id"]](cfg).items():
+        full = [_final(cfg.spec(*job, s)) for s in seeds]
+        if None in full:
+            continue
+        halves = [_final(half.spec(*job, s)) for s in seeds]
+        out[key] = (full, None if None in halves else halves)
+    return out

@@ -1,0 +1,131 @@
+"""The budget check: under a rate annealed to zero, a run's own tail cannot show that it finished learning, the same
+runs at half the epochs can (`experiments.budget_rule`, `experiments.sgr.budget`, `pilots.BUDGET_CHECKS`)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gradalign import pilots, runner
+from gradalign.experiments import get
+from gradalign.experiments.budget_rule import budget_gain, finished_with_budget
+from gradalign.experiments.rules import finished_learning, run_finished
+from gradalign.experiments.sgr import budget
+from gradalign.experiments.sgr.validity import TOLERANCE, tab3
+from gradalign.experiments.units import units_of
+from gradalign.gpu_window import BACKLOG
+from gradalign.results import ResultStore
+from gradalign.run_unit import committed_runs
+
+
+def _cosine_run(final: float, epochs: int = 30) -> list[float]:
+    """Test accuracy of a run that plateaued early but whose annealing lifts its last epochs (noise falls with the
+    rate): what SGR's cosine schedule gives."""
+    lr = [(1 + math.cos(math.pi * e / epochs)) / 2 for e in range(epochs)]
+    return [final - 4.0 * r - 2.0 * math.exp(-e / 3) for e, r in enumerate(lr)]
+
+
+ANNEALED = {f"a/seed{i}": _cosine_run(80.0 + i / 10) for i in range(3)}
+ARMS = {"a": list(ANNEALED)}
+
+
+def test_an_annealed_run_that_had_finished_still_fails_the_tail_rule():
+    """Why the check exists: the annealing's gain lands in the last fifth of the evaluations."""
+    assert all(run_finished(curve, True, 0.5) is False for curve in ANNEALED.values())
+    assert not finished_learning(ANNEALED, True, 0.5, "accuracy")["passed"]
+
+
+def test_the_half_budget_decides_an_annealed_arm():
+    full = [c[-1] for c in ANNEALED.values()]
+    close = finished_with_budget(ANNEALED, ARMS, {"a": (full, [v - 0.2 for v in full])}, True, 0.5, "accuracy")
+    assert close["passed"] and close["value"]["finished"] == 3
+    assert close["value"]["budget_checked"]["a"]["gain"] == pytest.approx(0.2)
+    far = finished_with_budget(ANNEALED, ARMS, {"a": (full, [v - 1.0 for v in full])}, True, 0.5, "accuracy")
+    assert not far["passed"] and far["value"]["finished"] == 0  # doubling the budget still gained a point
+    assert far["value"]["budget_checked"]["a"]["finished"] is False
+    assert far["value"]["still_improving"] == sorted(ANNEALED)
+
+
+def test_an_arm_without_every_half_budget_run_is_judged_by_its_tail():
+    full = [c[-1] for c in ANNEALED.values()]
+    out = finished_with_budget(ANNEALED, ARMS, {"a": (full, None)}, True, 0.5, "accuracy")
+    assert out == finished_learning(ANNEALED, True, 0.5, "accuracy")  # the tail rule, unchanged
+    flat = [50, 60, 70, 75, 75.1, 75.0, 75.1, 75.0, 75.1, 75.0]  # a step schedule's plateau
+    assert finished_with_budget({"f": flat}, {"b": ["f"]}, {}, True, 0.5, "accuracy")["passed"]
+
+
+def test_eighty_percent_of_runs_over_checked_and_unchecked_arms():
+    rising = [10, 20, 30, 40, 50, 60, 70, 80, 90, 95]  # still learning, no half-budget runs
+    runs = {**ANNEALED, "b/seed0": rising}
+    full = [c[-1] for c in ANNEALED.values()]
+    out = finished_with_budget(runs, {**ARMS, "b": ["b/seed0"]}, {"a": (full, full)}, True, 0.5, "accuracy")
+    assert out["value"]["finished"] == 3 and out["value"]["runs"] == 4 and not out["passed"]  # 75 % < 80 %
+    assert out["value"]["still_improving"] == ["b/seed0"]
+
+
+def test_the_budget_gain_is_signed_and_refuses_what_it_cannot_compare():
+    assert budget_gain([81.0, 83.0], [80.0], True) == pytest.approx(2.0)
+    assert budget_gain([10.0], [12.0], False) == pytest.approx(2.0)  # an error: lower at the full budget is a gain
+    assert budget_gain([80.0], [81.0], True) == pytest.approx(-1.0)  # worse at the full budget: finished
+    with pytest.raises(ValueError, match="finite"):
+        budget_gain([float("nan")], [80.0], True)
+    with pytest.raises(ValueError, match="at least one"):
+        budget_gain([], [80.0], True)
+
+
+# --- the SGR tables: runs at half the epochs read from the committed runs ---------------------------------------
+
+TINY = {
+    "width": 0.125,
+    "n_train": 128,
+    "n_test": 64,
+    "seeds": 1,
+    "protocol.epochs": 2,
+    "protocol.batch_size": 64,
+    "networks": ["resnet32"],
+    "methods": ["layerwise", "sgr"],
+    "modules": 3,
+}
+
+
+def test_table3s_precondition_reads_its_committed_half_budget_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
+    record = runner.run("sgr.tab3", "cpu", TINY, store=ResultStore(tmp_path / "results"), device="cpu")
+    arms = budget.pairs(record)
+    assert set(arms) == {"fashion_mnist/resnet32/layerwise", "fashion_mnist/resnet32/sgr"}
+    assert all(half is None for _, half in arms.values())  # no half-budget run yet: the tail rule alone
+    assert "budget_checked" not in tab3(record)["finished_learning"]["value"]
+    half_cfg = get("sgr.tab3").resolve("cpu", {**TINY, "protocol.epochs": 1})
+    assert half_cfg == budget.half_budget(get("sgr.tab3").resolve("cpu", TINY))
+    with committed_runs(tmp_path / "results" / "runs", write=True):
+        for unit in units_of("sgr.tab3", half_cfg):
+            unit.run()
+    arms = budget.pairs(record)
+    checked = tab3(record)["finished_learning"]["value"]["budget_checked"]
+    assert set(checked) == set(arms)
+    for key, (full, half) in arms.items():
+        assert checked[key]["gain"] == pytest.approx(full[0] - half[0], abs=1e-3)
+        assert checked[key]["finished"] == (full[0] - half[0] < TOLERANCE)
+
+
+def test_the_budget_checks_are_in_the_backlog_after_the_reruns_and_assemble_no_record():
+    half = pilots.budget_overrides("sgr.tab7")
+    assert half == {**pilots.RERUNS["sgr.tab7"], "protocol.epochs": 15}  # the pending rerun's, halved
+    assert pilots.budget_overrides("sgr.tab3") == {"protocol.epochs": 30}
+    assert BACKLOG.index(("sgr.tab7", "cpu", half)) == BACKLOG.index(("sgr.tab7", "cpu", pilots.RERUNS["sgr.tab7"])) + 1
+    assert pilots.runs_only("sgr.tab7", "cpu", half) and not pilots.runs_only(
+        "sgr.tab7", "cpu", pilots.RERUNS["sgr.tab7"]
+    )
+    assert pilots.purpose("sgr.tab3", "cpu", {"protocol.epochs": 30}).startswith("budget check")
+    units = pilots.budget_units("sgr.tab3")
+    assert len(units) == 18 and all(u.spec["protocol"]["epochs"] == 30 for u in units)
+    with pytest.raises(ValueError, match="no budget check"):
+        pilots.budget_overrides("sgr.tab4")
+
+
+def test_the_budget_command_refuses_an_element_without_a_check(capsys):
+    with pytest.raises(SystemExit):
+        pilots.main(["--budget", "sgr.tab4"])
+    assert "--budget takes elements among" in capsys.readouterr().err
