@@ -68,7 +68,18 @@ LAYERS = [
         "gpu_sizing",
         "window_cli",
     ),
-    ("plotting", "page_helpers", "downloads", "source_archive", "notebook", "book", "book_static", "cli", "__main__"),
+    (
+        "plotting",
+        "page_helpers",
+        "page_budget",
+        "downloads",
+        "source_archive",
+        "notebook",
+        "book",
+        "book_static",
+        "cli",
+        "__main__",
+    ),
 ]
 
 

@@ -1,0 +1,87 @@
+"""A page's view of a local-BP table's budget check (`experiments.sgr.budget`): its runs at half the epochs beside
+its runs at the full budget, from the committed runs only (never trained here)."""
+
+from __future__ import annotations
+
+
+def budget_view(element: str) -> None:
+    """Each arm's final test accuracy at the table's budget and at half of it, by seed; where an arm has every seed at
+    both budgets, the gain (`budget_rule.budget_gain`) and whether the arm finished learning by the budget check. A
+    figure sets each seed's accuracy at the full budget against half of it: above the dashed line, doubling the
+    budget gained more than the tolerance."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from IPython.display import Markdown, display
+
+    from gradalign.experiments import get
+    from gradalign.experiments.budget_rule import budget_gain
+    from gradalign.experiments.seed_stats import stats
+    from gradalign.experiments.sgr.validity import TOLERANCE
+    from gradalign.experiments.units import units_of
+    from gradalign.methods.local import TITLES
+    from gradalign.page_helpers import mean_std_cell, network_title
+    from gradalign.pilots import RERUNS, budget_units, stored_units
+    from gradalign.plotting import METHOD_COLORS, SMALL_PT, legend_below, panels
+
+    def arm(spec: dict) -> tuple:
+        return spec["network"], spec["method"]["method"], spec["method"]["modules"]
+
+    full_units = units_of(element, get(element).resolve("cpu", RERUNS.get(element, {})))
+    budgets = {"full": full_units, "half": budget_units(element)}
+    epochs = {w: units[0].spec["protocol"]["epochs"] for w, units in budgets.items()}
+    finals: dict[tuple, dict[str, dict[int, float | None]]] = {}
+    for which, units in budgets.items():
+        for unit, row in zip(units, stored_units(units, arm, "test_acc", True, TOLERANCE)):
+            seeds = finals.setdefault(arm(unit.spec), {"full": {}, "half": {}})[which]
+            seeds[unit.spec["seed"]] = row["final"] if row["done"] else None
+    committed = sum(v is not None for f in finals.values() for v in f["half"].values())
+    total = sum(len(f["half"]) for f in finals.values())
+    display(
+        Markdown(
+            f"**The budget check of {element}:** {committed} of {total} runs at {epochs['half']} epochs committed, "
+            f"beside the runs at {epochs['full']}."
+        )
+    )
+    table = {}
+    for (net, method, k), f in finals.items():
+        full = [v for v in f["full"].values() if v is not None]
+        half = [v for v in f["half"].values() if v is not None]
+        complete = len(full) == len(f["full"]) and len(half) == len(f["half"])
+        gain = budget_gain(full, half, True) if complete else None
+        table[(network_title(net), TITLES[method] + ("" if method == "global_bp" else f", K = {k}"))] = {
+            f"at {epochs['full']} epochs (%)": mean_std_cell(stats(full)) if full else "—",
+            f"at {epochs['half']} epochs (%)": mean_std_cell(stats(half)) if half else "—",
+            f"runs at {epochs['half']}": f"{len(half)} of {len(f['half'])}",
+            "gain": "—" if gain is None else f"{gain:+.2f}",
+            "finished learning": "waits for its runs" if gain is None else "yes" if gain < TOLERANCE else "no",
+        }
+    display(pd.DataFrame(table).T)
+    pairs = [
+        (method, net, f["full"][s], f["half"][s])
+        for (net, method, _), f in finals.items()
+        for s in f["half"]
+        if f["half"][s] is not None and f["full"].get(s) is not None
+    ]
+    if not pairs:
+        return
+    fig, ax = panels(1, height=3.0)
+    markers = dict(zip(dict.fromkeys(net for _, net, _, _ in pairs), "osD^v"))
+    for method in dict.fromkeys(m for m, _, _, _ in pairs):
+        for net in markers:
+            xy = [(h, f) for m, n, f, h in pairs if (m, n) == (method, net)]
+            if xy:
+                label = f"{TITLES[method]}" + (f", {network_title(net)}" if len(markers) > 1 else "")
+                ax.scatter(*zip(*xy), marker=markers[net], color=METHOD_COLORS.get(method), label=label, s=18)
+    low = min(min(h, f) for _, _, f, h in pairs) - 1
+    high = max(max(h, f) for _, _, f, h in pairs) + 1
+    ax.plot([low, high], [low, high], color="0.6", lw=0.8)
+    ax.plot([low, high], [low + TOLERANCE, high + TOLERANCE], "--", color="0.3", lw=0.8)
+    ax.set(
+        xlabel=f"final test accuracy (%) at {epochs['half']} epochs",
+        ylabel=f"at {epochs['full']} epochs",
+        xlim=(low, high),
+        ylim=(low, high),
+    )
+    ax.text(low + 0.3, high - 0.3, f"dashed: + {TOLERANCE:g} points", va="top", fontsize=SMALL_PT)
+    legend_below(fig, ax, columns=3)
+    plt.show()
