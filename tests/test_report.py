@@ -186,6 +186,15 @@ def test_markdown_cells_escape_pipes_and_round_values():
     assert format_value({"lga": 0.123456, "n": 3}) == "{lga: 0.123, n: 3}"
 
 
+def test_a_finished_learning_value_reads_as_words():
+    from gradalign.report import format_value
+
+    value = {"finished": 4, "runs": 6, "still_improving": ["a/seed0", "b/seed1"]}
+    assert format_value(value, page=False) == "4 of 6 runs finished; still improving: a/seed0, b/seed1"
+    value["budget_checked"] = {"a": {"full": 80.0, "half": 79.0, "gain": 1.0, "finished": False}}
+    assert format_value(value, page=False).endswith("budget check, full budget vs half: a 80 vs 79 (+1: not finished)")
+
+
 def test_book_markers_are_filled_from_the_store():
     from gradalign.pages import fill_markers
 

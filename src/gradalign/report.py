@@ -109,10 +109,29 @@ def format_value(value, page: bool = True) -> str:
         n = f", n = {value['n_a']}/{value['n_b']}" if "n_a" in value else ""
         tie = " (tie)" if value.get("tie") else ""
         return f"{value['a']:.4g} vs {value['b']:.4g}: d = {_signed(value['diff'])} ± {value['se']:.3g} SE{n}{tie}"
+    if isinstance(value, dict) and {"finished", "runs", "still_improving"} <= set(value):
+        return _finished_words(value, page)
     if isinstance(value, dict):
         key = breakable if page else str
         return "{" + ", ".join(f"{key(str(k))}: {format_value(v, page)}" for k, v in value.items()) + "}"
     return str(value)
+
+
+def _finished_words(value: dict, page: bool) -> str:
+    """A finished-learning precondition's value (`rules.finished_learning`, `budget_rule.finished_with_budget`)."""
+    still = value["still_improving"]
+    text = f"{value['finished']} of {value['runs']} runs finished; still improving: {format_value(still, page)}"
+    if value.get("too_few_evaluations"):
+        text += f"; too few evaluations: {value['too_few_evaluations']}"
+    checked = value.get("budget_checked") or {}
+    if checked:
+        arms = [
+            f"{breakable(k) if page else k} {c['full']:.4g} vs {c['half']:.4g} ({_signed(c['gain'])}: "
+            f"{'finished' if c['finished'] else 'not finished'})"
+            for k, c in checked.items()
+        ]
+        text += "; budget check, full budget vs half: " + ", ".join(arms)
+    return text
 
 
 def mark(c: dict) -> str:
