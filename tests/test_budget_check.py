@@ -80,7 +80,7 @@ TINY = {
     "width": 0.125,
     "n_train": 128,
     "n_test": 64,
-    "seeds": 1,
+    "seeds": 2,
     "protocol.epochs": 2,
     "protocol.batch_size": 64,
     "networks": ["resnet32"],
@@ -99,15 +99,35 @@ def test_table3s_precondition_reads_its_committed_half_budget_runs(tmp_path, mon
     assert "budget_checked" not in tab3(record)["finished_learning"]["value"]
     half_cfg = get("sgr.tab3").resolve("cpu", {**TINY, "protocol.epochs": 1})
     assert half_cfg == budget.half_budget(get("sgr.tab3").resolve("cpu", TINY))
+    units = units_of("sgr.tab3", half_cfg)
     with committed_runs(tmp_path / "results" / "runs", write=True):
-        for unit in units_of("sgr.tab3", half_cfg):
+        for unit in units[:1]:  # seed 0 of the first arm: that arm is not complete, the other has none
+            unit.run()
+        assert all(half is None for _, half in budget.pairs(record).values())
+        for unit in units[1:]:
             unit.run()
     arms = budget.pairs(record)
     checked = tab3(record)["finished_learning"]["value"]["budget_checked"]
     assert set(checked) == set(arms)
     for key, (full, half) in arms.items():
-        assert checked[key]["gain"] == pytest.approx(full[0] - half[0], abs=1e-3)
-        assert checked[key]["finished"] == (full[0] - half[0] < TOLERANCE)
+        gain = sum(full) / 2 - sum(half) / 2
+        assert len(full) == len(half) == 2 and checked[key]["gain"] == pytest.approx(gain, abs=1e-3)
+        assert checked[key]["finished"] == (gain < TOLERANCE)
+    other = dict(record, config_hash="0" * 12)  # a record whose config no longer resolves to its own
+    assert budget.pairs(other) == {}
+
+
+def test_a_diverged_run_leaves_its_arm_to_the_tail_rule(monkeypatch):
+    """Its stored result, at chance, says nothing of its budget (full [80, 80, 10] against half [79.9] x 3 would read
+    as finished, a diverged half run as still improving)."""
+    import gradalign.run_unit as run_unit
+
+    stored = {"diverged": "non-finite loss at step 3", "final_test_acc": 10.0}
+    monkeypatch.setattr(run_unit, "read_entry", lambda folder, unit: {"value": stored})
+    spec = get("sgr.tab3").resolve("cpu", TINY).spec("resnet32", "sgr", 3, "fashion_mnist", 0)
+    assert budget.final(spec) is None
+    stored["diverged"] = None
+    assert budget.final(spec) == 10.0
 
 
 def test_the_budget_checks_are_in_the_backlog_after_the_reruns_and_assemble_no_record():
@@ -129,3 +149,32 @@ def test_the_budget_command_refuses_an_element_without_a_check(capsys):
     with pytest.raises(SystemExit):
         pilots.main(["--budget", "sgr.tab4"])
     assert "--budget takes elements among" in capsys.readouterr().err
+
+
+def test_an_import_that_places_local_runs_assesses_the_budget_checked_records_again(tmp_path, monkeypatch):
+    """A window's half-budget runs change a stored record's precondition: the import assesses it again."""
+    import json
+
+    from gradalign import gpu_import, rederive
+    from gradalign.environment import project_root
+
+    entry = json.loads(next((project_root() / "results" / "runs" / "sgr.local").glob("*.json")).read_text())
+    out, home = tmp_path / "out", tmp_path / "home"
+    out.mkdir()
+    (out / "window.json").write_text(json.dumps({"minutes": 1.0, "units": [], "began": "2026-11-27 00:00"}))
+    (out / "runs-1.json").write_text(json.dumps({"runs": [entry]}))
+    record = home / "sgr" / "sgr.tab3" / "cpu-x.json"
+    record.parent.mkdir(parents=True)
+    record.write_text("{}")
+    calls = []
+
+    def rederived(path, store):
+        calls.append(path.name)
+        return "sgr.tab3", "inconclusive", "not reproduced"
+
+    monkeypatch.setattr(rederive, "rederive_file", rederived)
+    imported = gpu_import.import_window(out, home)
+    assert imported.added_runs and calls == ["cpu-x.json"]
+    assert imported.reassessed == ["sgr.tab3 [cpu-x]: inconclusive -> not reproduced"]
+    gpu_import.import_window(out, home)  # the run is here already: nothing placed, nothing assessed again
+    assert calls == ["cpu-x.json"]

@@ -36,6 +36,7 @@ class Imported:
     bench: list[str] = field(default_factory=list)
     window: dict = field(default_factory=dict)
     checkpoints: list[str] = field(default_factory=list)  # kind/key placed in the carry folder (`window_carry`)
+    reassessed: list[str] = field(default_factory=list)  # records assessed again with the runs placed (`_reassess`)
 
     def lines(self) -> list[str]:
         out = [
@@ -48,6 +49,7 @@ class Imported:
         out += [
             f"  checkpoint {name} (resumes in the next window that carries window-carry/)" for name in self.checkpoints
         ]
+        out += [f"  assessed again: {line}" for line in self.reassessed]
         out += [f"  refused: {why}" for why in self.refused]
         out += [f"  bench --quick: {line}" for line in self.bench]
         if self.window.get("stopped"):
@@ -96,7 +98,28 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
         prune(store.root.parent / CARRY_FOLDER, store.root / "runs")
     for name, record in (_read(folder / BENCH_FILE, refused) or {}).get("bench", {}).items():
         imported.bench.append(_bench_line(name, record))
+    _reassess(store, imported)
     return imported
+
+
+def _reassess(store, imported: Imported) -> None:
+    """The stored records whose finished-learning precondition reads committed runs of other budgets (the budget
+    checks, `pilots.BUDGET_CHECKS`), assessed again once a window placed local-BP runs (`rederive`)."""
+    from gradalign.pilots import BUDGET_CHECKS
+    from gradalign.rederive import rederive_file
+
+    if not any(name.startswith("sgr.local/") for name in imported.added_runs):
+        return
+    for element_id in BUDGET_CHECKS:
+        for path in sorted(store.root.glob(f"*/{element_id}/*.json")):
+            try:
+                _, before, now = rederive_file(path, store)
+            except ValueError as err:
+                imported.refused.append(str(err))
+                continue
+            imported.reassessed.append(
+                f"{element_id} [{path.stem}]: {before}" + (f" -> {now}" if now != before else "")
+            )
 
 
 def _place_window(imported: Imported, folder: Path, first_run: str) -> None:

@@ -6,13 +6,13 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
 1. the CUDA tests at `smoke` (`CUDA_TESTS`; skipped without a CUDA device or without pytest);
 2. `bench --quick` on the device: every benchmark at its tiny sizes (a code-path check with ratios; quick
    records are never stored as measurements);
-3. the units of a backlog (`BACKLOG`, most valuable first) under the window's time box (`timebox`): each unit's
-   finished entry is committed to the checkout's `results/runs/` (`run_unit`), and once an experiment's units are
-   all there its record is assembled (`runner.run`; a pilot's runs make no record). A unit the box stops keeps its
+3. the units of a backlog (`BACKLOG`, most valuable first) under the window's time box (`timebox`): each unit's finished
+   entry is committed to the checkout's `results/runs/` (`run_unit`), and once an experiment's units are all there its
+   record is assembled (`runner.run`; a pilot's or a budget check's runs make no record). A unit the box stops keeps its
    checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried in the
    checkout) are read, not trained: a window continues where the last one stopped. A unit an earlier window reported
-   diverged (`gpu_import.diverged_before`) is not trained again: its experiment is left for a sitting to assemble
-   (Table 4 reads a divergence as a result) or for a decision (most experiments stop on one). The exception is a
+   diverged (`gpu_import.diverged_before`) is not trained again: its experiment is left for a sitting to assemble (Table
+   4 reads a divergence as a result) or for a decision (most experiments stop on one). The exception is a
    local-BP table's run, whose divergence is now its result (`gpu_import.retried`): it trains again.
 
 Everything the window finished is written to `--out` as it goes (at most `MAX_FILES` files, each under

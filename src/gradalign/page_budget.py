@@ -6,9 +6,10 @@ from __future__ import annotations
 
 def budget_view(element: str) -> None:
     """Each arm's final test accuracy at the table's budget and at half of it, by seed; where an arm has every seed at
-    both budgets, the gain (`budget_rule.budget_gain`) and whether the arm finished learning by the budget check. A
-    figure sets each seed's accuracy at the full budget against half of it: above the dashed line, doubling the
-    budget gained more than the tolerance."""
+    both budgets and none diverged, the gain (`budget_rule.budget_gain`) and whether the arm finished learning by
+    the budget check (an arm with a diverged run is judged by its runs' tails). A figure sets each seed's accuracy
+    at the full budget against half of it: above the dashed line, doubling the budget gained more than the
+    tolerance."""
     import matplotlib.pyplot as plt
     import pandas as pd
     from IPython.display import Markdown, display
@@ -32,8 +33,9 @@ def budget_view(element: str) -> None:
     finals: dict[tuple, dict[str, dict[int, float | None]]] = {}
     for which, units in budgets.items():
         for unit, row in zip(units, stored_units(units, arm, "test_acc", True, TOLERANCE)):
-            seeds = finals.setdefault(arm(unit.spec), {"full": {}, "half": {}})[which]
-            seeds[unit.spec["seed"]] = row["final"] if row["done"] else None
+            seeds = finals.setdefault(arm(unit.spec), {"full": {}, "half": {}, "diverged": 0})[which]
+            seeds[unit.spec["seed"]] = row["final"] if row["done"] and row["diverged"] is None else None
+            finals[arm(unit.spec)]["diverged"] += bool(row["done"] and row["diverged"] is not None)
     committed = sum(v is not None for f in finals.values() for v in f["half"].values())
     total = sum(len(f["half"]) for f in finals.values())
     display(
@@ -46,14 +48,15 @@ def budget_view(element: str) -> None:
     for (net, method, k), f in finals.items():
         full = [v for v in f["full"].values() if v is not None]
         half = [v for v in f["half"].values() if v is not None]
-        complete = len(full) == len(f["full"]) and len(half) == len(f["half"])
+        complete = len(full) == len(f["full"]) and len(half) == len(f["half"])  # and none diverged
         gain = budget_gain(full, half, True) if complete else None
+        verdict = "yes" if gain is not None and gain < TOLERANCE else "no" if gain is not None else "waits for its runs"
         table[(network_title(net), TITLES[method] + ("" if method == "global_bp" else f", K = {k}"))] = {
             f"at {epochs['full']} epochs (%)": mean_std_cell(stats(full)) if full else "—",
             f"at {epochs['half']} epochs (%)": mean_std_cell(stats(half)) if half else "—",
             f"runs at {epochs['half']}": f"{len(half)} of {len(f['half'])}",
             "gain": "—" if gain is None else f"{gain:+.2f}",
-            "finished learning": "waits for its runs" if gain is None else "yes" if gain < TOLERANCE else "no",
+            "finished learning": "not checked: a run diverged" if f["diverged"] else verdict,
         }
     display(pd.DataFrame(table).T)
     pairs = [

@@ -126,7 +126,9 @@ def _finished_words(value: dict, page: bool) -> str:
     checked = value.get("budget_checked") or {}
     if checked:
         arms = [
-            f"{breakable(k) if page else k} {c['full']:.4g} vs {c['half']:.4g} ({_signed(c['gain'])}: "
+            f"{breakable(k) if page else k} {c['full']:.4g} vs {c['half']:.4g} ({_signed(c['gain'])}"
+            + (f" ± {c['se']:.2g} SE" if c.get("se") is not None else "")
+            + ": "
             f"{'finished' if c['finished'] else 'not finished'})"
             for k, c in checked.items()
         ]

@@ -91,10 +91,10 @@ def backlog_markdown(root: Path) -> str:
         "## The GPU backlog",
         "",
         "What the next GPU window trains, most valuable first: the `cpu` runs lost with a machine's cache "
-        "(`pilots.RUNS_LOST`), the reruns the pilots chose (`pilots.RERUNS`), the "
+        "(`pilots.RUNS_LOST`), the reruns the pilots chose (`pilots.RERUNS`), the budget checks "
+        "(`pilots.BUDGET_CHECKS`: runs at half the epochs that tell whether a table's runs finished learning), the "
         "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), the pilots over it (`pilots.ON_GPU`, "
-        "less those closed, `pilots.CLOSED`), the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs that "
-        "tell whether a table's runs finished learning), "
+        "less those closed, `pilots.CLOSED`), "
         "then the `gpu` presets. A `gpu` preset "
         "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
         "",

@@ -22,32 +22,43 @@ def half_budget(cfg):
     return replace(cfg, protocol=replace(cfg.protocol, epochs=max(1, cfg.protocol.epochs // 2)))
 
 
-def _final(spec) -> float | None:
-    """The committed run's final test accuracy (a diverged run's is stored at chance), or None."""
+def final(spec) -> float | None:
+    """The committed run's final test accuracy, or None when it is not committed or it diverged (its stored result,
+    at chance, says nothing of its budget)."""
     from gradalign.run_unit import read_entry
     from gradalign.store_root import results_root
     from gradalign.training.local import local_unit
 
     entry = read_entry(results_root() / "runs", local_unit(spec))
-    return None if entry is None else float(entry["value"]["final_test_acc"])
+    if entry is None or entry["value"].get("diverged") is not None:
+        return None
+    return float(entry["value"]["final_test_acc"])
 
 
 def pairs(record: dict) -> dict[str, tuple[list[float], list[float] | None]]:
     """For each arm of the record (its curve key): (the final test accuracies of its seeds at the record's budget,
-    those at half of it, or None unless every seed has one). Arms whose full-budget runs are not committed, and
-    records of other elements, have no entry: their runs are judged on their own curves."""
+    those at half of it, or None unless every seed has one that did not diverge). Arms with a full-budget run that
+    is not committed or diverged, and records of other elements or of a config that no longer resolves to theirs,
+    have no entry: their runs are judged on their own curves."""
+    from gradalign.errors import ConfigError
     from gradalign.experiments import get
 
     if record["id"] not in ARMS:
         return {}
-    cfg = get(record["id"]).resolve(record["preset"], record["config"])
+    exp = get(record["id"])
+    try:
+        cfg = exp.resolve(record["preset"], record["config"])
+    except ConfigError:
+        return {}
+    if cfg.digest(exp.version) != record.get("config_hash"):
+        return {}
     half = half_budget(cfg)
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
     out = {}
     for key, job in ARMS[record["id"]](cfg).items():
-        full = [_final(cfg.spec(*job, s)) for s in seeds]
+        full = [final(cfg.spec(*job, s)) for s in seeds]
         if None in full:
             continue
-        halves = [_final(half.spec(*job, s)) for s in seeds]
+        halves = [final(half.spec(*job, s)) for s in seeds]
         out[key] = (full, None if None in halves else halves)
     return out
