@@ -178,3 +178,35 @@ def test_an_import_that_places_local_runs_assesses_the_budget_checked_records_ag
     assert imported.reassessed == ["sgr.tab3 [cpu-x]: inconclusive -> not reproduced"]
     gpu_import.import_window(out, home)  # the run is here already: nothing placed, nothing assessed again
     assert calls == ["cpu-x.json"]
+
+
+def test_the_page_view_pairs_each_arm_at_both_budgets_and_says_which_finished(monkeypatch):
+    """Fabricated committed runs: layer-wise gains 0.2 points from 30 to 60 epochs (finished), SGR 2 (not), one
+    reforward seed diverged at 30 epochs (judged by its tail)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import IPython.display
+
+    from gradalign import page_budget
+
+    def rows(units, arm, metric, higher, tolerance):
+        out = []
+        for u in units:
+            method, epochs = u.spec["method"]["method"], u.spec["protocol"]["epochs"]
+            full = {"layerwise": 80.2, "sgr": 77.0, "reforward": 81.0}[method]
+            final = full if epochs == 60 else full - {"layerwise": 0.2, "sgr": 2.0, "reforward": 0.1}[method]
+            diverged = "nan" if (method, epochs, u.spec["seed"]) == ("reforward", 30, 1) else None
+            out.append({"done": True, "final": final, "diverged": diverged})
+        return out
+
+    shown = []
+    monkeypatch.setattr(pilots, "stored_units", rows)
+    monkeypatch.setattr(IPython.display, "display", lambda x: shown.append(x))
+    monkeypatch.setattr(plt, "show", lambda: plt.close("all"))
+    page_budget.budget_view("sgr.tab3")
+    table = next(x for x in shown if hasattr(x, "columns"))
+    assert len(table) == 6 and set(table["finished learning"]) == {"yes", "no", "not checked: a run diverged"}
+    text = "\n".join(x.data for x in shown if hasattr(x, "data"))
+    assert "2 arm(s) had finished learning at 60 epochs" in text and "2 had not" in text and "+2.00" in text

@@ -59,6 +59,20 @@ def budget_view(element: str) -> None:
             "finished learning": "not checked: a run diverged" if f["diverged"] else verdict,
         }
     display(pd.DataFrame(table).T)
+    said = {word: [name for name, row in table.items() if row["finished learning"] == word] for word in ("yes", "no")}
+    if said["yes"] or said["no"]:
+        names = {w: "; ".join(f"{net}, {arm} ({table[(net, arm)]['gain']})" for net, arm in said[w]) for w in said}
+        display(
+            Markdown(
+                f"By the budget check, {len(said['yes'])} arm(s) had finished learning at {epochs['full']} epochs"
+                + (f" ({names['yes']})" if said["yes"] else "")
+                + f" and {len(said['no'])} had not, gaining at least {TOLERANCE:g} points from {epochs['half']} "
+                + "epochs"
+                + (f" ({names['no']})" if said["no"] else "")
+                + f"; {len(table) - len(said['yes']) - len(said['no'])} wait for their runs or are judged by their "
+                "tails."
+            )
+        )
     pairs = [
         (method, net, f["full"][s], f["half"][s])
         for (net, method, _), f in finals.items()
