@@ -14,7 +14,6 @@ from gradalign.experiments.rules import finished_learning, run_finished
 from gradalign.experiments.sgr import budget
 from gradalign.experiments.sgr.validity import TOLERANCE, tab3
 from gradalign.experiments.units import units_of
-from gradalign.gpu_window import BACKLOG
 from gradalign.results import ResultStore
 from gradalign.run_unit import committed_runs
 
@@ -130,17 +129,28 @@ def test_a_diverged_run_leaves_its_arm_to_the_tail_rule(monkeypatch):
     assert budget.final(spec) == 10.0
 
 
-def test_the_budget_checks_are_in_the_backlog_after_the_reruns_and_assemble_no_record():
+def test_the_budget_checks_follow_the_reruns_they_read_and_assemble_no_record():
+    from gradalign.gpu_window import BACKLOG
+
     half = pilots.budget_overrides("sgr.tab7")
     assert half == {**pilots.RERUNS["sgr.tab7"], "protocol.epochs": 15}  # the pending rerun's, halved
-    assert pilots.budget_overrides("sgr.tab3") == {"protocol.epochs": 30}
-    assert BACKLOG.index(("sgr.tab7", "cpu", half)) == BACKLOG.index(("sgr.tab7", "cpu", pilots.RERUNS["sgr.tab7"])) + 1
+    assert pilots.budget_overrides("sgr.tab3") == {"protocol.epochs": 60}  # its 120-epoch rerun's: the cpu runs
+    assert pilots.budget_overrides("sgr.tab6") == {"protocol.epochs": 30}  # no rerun: the cpu preset's, halved
+    queue = [(e, "cpu", o) for e, _, o in pilots.queued()]
+    assert {e for e, _ in pilots.QUEUE if _ == "rerun"} == set(pilots.RERUNS)
+    assert {e for e, what in pilots.QUEUE if what == "budget check"} == set(pilots.BUDGET_CHECKS)
+    where = [BACKLOG.index(item) for item in queue]
+    assert where == list(range(where[0], where[0] + len(queue)))  # in the queue's order, together
+    for element_id, what in pilots.QUEUE:  # a rerun comes before the budget check that reads it
+        if what == "budget check" and element_id in pilots.RERUNS:
+            assert pilots.QUEUE.index((element_id, "rerun")) < pilots.QUEUE.index((element_id, what))
     assert pilots.runs_only("sgr.tab7", "cpu", half) and not pilots.runs_only(
         "sgr.tab7", "cpu", pilots.RERUNS["sgr.tab7"]
     )
-    assert pilots.purpose("sgr.tab3", "cpu", {"protocol.epochs": 30}).startswith("budget check")
-    units = pilots.budget_units("sgr.tab3")
-    assert len(units) == 18 and all(u.spec["protocol"]["epochs"] == 30 for u in units)
+    assert pilots.purpose("sgr.tab6", "cpu", {"protocol.epochs": 30}).startswith("budget check")
+    assert pilots.purpose("sgr.tab3", "cpu", {"protocol.epochs": 120}).startswith("rerun")
+    units = pilots.budget_units("sgr.tab6")
+    assert len(units) == 39 and all(u.spec["protocol"]["epochs"] == 30 for u in units)
     with pytest.raises(ValueError, match="no budget check"):
         pilots.budget_overrides("sgr.tab4")
 

@@ -37,16 +37,14 @@ from typing import Callable
 
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.pilots import BUDGET_CHECKS, CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RERUNS, RUNS_LOST
-from gradalign.pilots import budget_overrides, runs_only
+from gradalign.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued, runs_only
 from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before, left_diverged
 from gradalign.window_carry import CARRY_FILES
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
-    + tuple((element_id, "cpu", overrides) for element_id, overrides in RERUNS.items())
-    + tuple((element_id, "cpu", budget_overrides(element_id)) for element_id in BUDGET_CHECKS)
+    + queued()
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
     + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
     + tuple(
@@ -67,7 +65,8 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
 )
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
 machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then the reruns of the `cpu` scales
-that the pilots chose (`pilots.RERUNS`), then the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), then
+that the pilots chose (`pilots.RERUNS`) and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in
+`pilots.QUEUE`'s order, then
 the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
 then the `gpu` presets (LGA's Figure 7 first and its subsets after
 it; the meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""

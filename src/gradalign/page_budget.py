@@ -4,12 +4,12 @@ its runs at the full budget, from the committed runs only (never trained here)."
 from __future__ import annotations
 
 
-def budget_view(element: str) -> None:
+def budget_view(element: str, rerun: bool = False) -> None:
     """Each arm's final test accuracy at the table's budget and at half of it, by seed; where an arm has every seed at
     both budgets and none diverged, the gain (`budget_rule.budget_gain`) and whether the arm finished learning by
     the budget check (an arm with a diverged run is judged by its runs' tails). A figure sets each seed's accuracy
     at the full budget against half of it: above the dashed line, doubling the budget gained more than the
-    tolerance."""
+    tolerance. `rerun`: the check of the element's pending rerun (`pilots.RERUNS`), else of its `cpu` preset."""
     import matplotlib.pyplot as plt
     import pandas as pd
     from IPython.display import Markdown, display
@@ -17,18 +17,19 @@ def budget_view(element: str) -> None:
     from gradalign.experiments import get
     from gradalign.experiments.budget_rule import budget_gain
     from gradalign.experiments.seed_stats import stats
+    from gradalign.experiments.sgr.budget import half_budget
     from gradalign.experiments.sgr.validity import TOLERANCE
     from gradalign.experiments.units import units_of
     from gradalign.methods.local import TITLES
     from gradalign.page_helpers import mean_std_cell, network_title
-    from gradalign.pilots import RERUNS, budget_units, stored_units
+    from gradalign.pilots import RERUNS, stored_units
     from gradalign.plotting import METHOD_COLORS, SMALL_PT, legend_below, panels
 
     def arm(spec: dict) -> tuple:
         return spec["network"], spec["method"]["method"], spec["method"]["modules"]
 
-    full_units = units_of(element, get(element).resolve("cpu", RERUNS.get(element, {})))
-    budgets = {"full": full_units, "half": budget_units(element)}
+    full = get(element).resolve("cpu", RERUNS[element] if rerun else {})
+    budgets = {"full": units_of(element, full), "half": units_of(element, half_budget(full))}
     epochs = {w: units[0].spec["protocol"]["epochs"] for w, units in budgets.items()}
     finals: dict[tuple, dict[str, dict[int, float | None]]] = {}
     for which, units in budgets.items():
