@@ -4,12 +4,12 @@ its runs at the full budget, from the committed runs only (never trained here)."
 from __future__ import annotations
 
 
-def budget_view(element: str, rerun: bool = False) -> None:
+def budget_view(element: str, overrides: dict | None = None) -> None:
     """Each arm's final test accuracy at the table's budget and at half of it, by seed; where an arm has every seed at
     both budgets and none diverged, the gain (`budget_rule.budget_gain`) and whether the arm finished learning by
     the budget check (an arm with a diverged run is judged by its runs' tails). A figure sets each seed's accuracy
     at the full budget against half of it: above the dashed line, doubling the budget gained more than the
-    tolerance. `rerun`: the check of the element's pending rerun (`pilots.RERUNS`), else of its `cpu` preset."""
+    tolerance. `overrides`: of the `cpu` preset whose check it shows (a pending rerun's, `pilots.RERUNS`)."""
     import matplotlib.pyplot as plt
     import pandas as pd
     from IPython.display import Markdown, display
@@ -22,13 +22,13 @@ def budget_view(element: str, rerun: bool = False) -> None:
     from gradalign.experiments.units import units_of
     from gradalign.methods.local import TITLES
     from gradalign.page_helpers import mean_std_cell, network_title
-    from gradalign.pilots import RERUNS, stored_units
+    from gradalign.pilots import stored_units
     from gradalign.plotting import METHOD_COLORS, SMALL_PT, legend_below, panels
 
     def arm(spec: dict) -> tuple:
         return spec["network"], spec["method"]["method"], spec["method"]["modules"]
 
-    full = get(element).resolve("cpu", RERUNS[element] if rerun else {})
+    full = get(element).resolve("cpu", overrides or {})
     budgets = {"full": units_of(element, full), "half": units_of(element, half_budget(full))}
     epochs = {w: units[0].spec["protocol"]["epochs"] for w, units in budgets.items()}
     finals: dict[tuple, dict[str, dict[int, float | None]]] = {}

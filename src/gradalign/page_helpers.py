@@ -180,8 +180,9 @@ def pilot_view(name: str, xlabel: str, ylabel: str) -> None:
         )
 
 
-def rerun_view(element: str, reference: str) -> None:
-    """An SGR local-BP element's `cpu` runs (with `pilots.RERUNS[element]` where a rerun is pending): its committed
+def rerun_view(element: str, reference: str, overrides: dict | None = None) -> None:
+    """An SGR local-BP element's `cpu` runs (with `overrides`, by default `pilots.RERUNS[element]` where a rerun is
+    pending): its committed
     runs by network, method and K, where each was trained, and, where an arm has all its seeds, SGR against the
     `reference` arm at the same K (difference ± SE) and SGR's term against the reference's (the mechanism-active
     precondition's reference, as `validity`: Greedy for Table 6). Not a record: the verdict is the record's, drawn
@@ -202,14 +203,19 @@ def rerun_view(element: str, reference: str) -> None:
     def arm(spec: dict) -> tuple:
         return spec["network"], spec["method"]["method"], spec["method"]["modules"]
 
-    rows = stored_units(
-        units_of(element, get(element).resolve("cpu", RERUNS.get(element, {}))), arm, "test_acc", True, TOLERANCE
-    )
+    overrides = RERUNS.get(element, {}) if overrides is None else overrides
+    rows = stored_units(units_of(element, get(element).resolve("cpu", overrides)), arm, "test_acc", True, TOLERANCE)
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault(row["arm"], []).append(row)
     done = sum(r["done"] for r in rows)
-    where = "its rerun so far (`pilots.RERUNS`)" if element in RERUNS else "its `cpu` preset"
+    where = (
+        "its rerun so far (`pilots.RERUNS`)"
+        if overrides and overrides == RERUNS.get(element)
+        else f"its `cpu` preset with {', '.join(f'{k} = {v}' for k, v in overrides.items())}"
+        if overrides
+        else "its `cpu` preset"
+    )
     display(Markdown(f"**{element}, {where}:** {done} of {len(rows)} runs committed."))
     table, full = {}, {}
     for (net, method, k), runs in groups.items():

@@ -287,7 +287,7 @@ TABLE6_PRESETS = {
 TABLE7_PRESETS = {
     "smoke": {**SHARED["smoke"], "depths": (12, 17), "sgr_split": "stage"},
     "cpu": {"width": 0.125, "n_train": 6400, "n_test": 2000, "seeds": 3, "protocol.epochs": 6, "depths": (12, 37, 57)},
-    # not sized: Table 7's rerun is `pilots.RERUNS` (the cpu preset at sgr.lam7's λ, 30 epochs); estimated, not timed
+    # not sized: Table 7's rerun is `pilots.RERUNS` (the cpu preset at sgr.lam7's λ, 60 epochs); estimated, not timed
     "gpu": {"width": 0.5, "n_train": 0, "n_test": 0, "seeds": 3, "protocol.epochs": 5, "depths": (12, 27, 37, 47, 57)},
     "paper": {**PAPER, "depths": (12, 17, 27, 37, 47, 57)},
 }
