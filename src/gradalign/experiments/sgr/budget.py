@@ -43,8 +43,8 @@ def pairs(record: dict) -> dict[str, tuple[list[float], list[float] | None]]:
     from gradalign.errors import ConfigError
     from gradalign.experiments import get
 
-    if record["id"] not in ARMS:
-        return {}
+    if record.get("id") not in ARMS or "preset" not in record or "config" not in record:
+        return {}  # not a stored record of a budget-checked table
     exp = get(record["id"])
     try:
         cfg = exp.resolve(record["preset"], record["config"])
