@@ -231,7 +231,7 @@ def rerun_view(element: str, reference: str, overrides: dict | None = None) -> N
         table[(network_title(net), f"{TITLES[method]}, K = {k}")] = {
             "seeds": f"{len(ready)} of {len(runs)}",
             "final test accuracy (%)": mean_std_cell(acc),
-            "finished learning": f"{sum(bool(r['finished']) for r in ready)} of {len(ready)}",
+            "flat tail (last 20 %)": f"{sum(bool(r['finished']) for r in ready)} of {len(ready)}",
             "diverged": sum(r["diverged"] is not None for r in ready),
             "SGR term, last epoch": "—" if term is None else f"{term['mean']:.2e}",
             "trained on": ", ".join(f"{where.count(c)} {c.upper()}" for c in dict.fromkeys(where)),
