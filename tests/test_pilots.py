@@ -141,3 +141,31 @@ def test_an_elements_runs_so_far_compare_only_arms_with_every_seed(tmp_path, mon
     shown.clear()
     rerun_view("sgr.tab6", "layerwise")  # no layer-wise arm in Table 6: nothing to compare with
     assert not any("From the arms" in str(s) for s in shown) and not any("Diverged" in str(s) for s in shown)
+
+
+def test_a_rerun_or_budget_check_trains_here_only_its_named_runs_in_their_order(monkeypatch, capsys):
+    trained = []
+    monkeypatch.setattr(pilots, "train_units", lambda units, jobs: trained.append([u.label for u in units]))
+    monkeypatch.setattr(pilots, "_committed", lambda: "/nonexistent")  # nothing committed: every run is left
+    pilots.main(["--rerun", "sgr.tab7", "--only", "SGR K=35", "Global BP K=1 vgg12"])
+    assert trained[-1] == [f"SGR K=35 vgg37 seed {s}" for s in range(3)] + [
+        f"Global BP K=1 vgg12 seed {s}" for s in range(3)
+    ]
+    units = pilots.rerun_units("sgr.tab7")
+    assert len(units) == 27 and all(
+        u.spec["protocol"]["epochs"] == pilots.RERUNS["sgr.tab7"]["protocol.epochs"] for u in units
+    )
+    pilots.main(["--budget", "sgr.tab6", "--only", "Greedy K=3", "Greedy"])  # a run two prefixes name: once
+    assert len(trained[-1]) == 9 and len(set(trained[-1])) == 9 and trained[-1][0].startswith("Greedy K=3")
+    for argv, message in [
+        (["--rerun", "sgr.tab7", "--only", "Nope"], "'Nope' names no run left to train"),
+        (["--rerun", "sgr.tab4"], "--rerun takes elements among"),
+        (["--only", "SGR"], "--only applies to --budget or --rerun"),
+        (["--rerun", "sgr.tab7", "--budget", "sgr.tab7"], "not allowed with argument"),
+    ]:
+        with pytest.raises(SystemExit):
+            pilots.main(argv)
+        assert message in capsys.readouterr().err
+    assert len(trained) == 2  # nothing trained on a refused command
+    with pytest.raises(ValueError, match="no pending rerun"):
+        pilots.rerun_units("sgr.tab4")

@@ -8,17 +8,8 @@ committed under `results/runs/` like every `cpu` run; the pages read them from t
 (`stored`). Compute them with `python -m gradalign.pilots [name ...]` (two jobs at a time, one thread
 each; a stopped pilot resumes from the run checkpoints).
 
-Each pilot names the question it answers and the candidate it tries (our choices):
-
-- `sgr.tab3`: ResNet-32 at K = 16 with the calibrated λ (mean reduction, 1e3) for 30 epochs instead of 8;
-- `lga.fig7`: the four methods the issue lists first, at 1,000 labels, on the supervised reference's protocol
-  (small CNN at width 32, 6,000 steps, lr decay at 60 %, the fast path): its supervised run is the reference's;
-- `metagrad.tab4`: labeled-only training of Conv-Large ×0.125 for 4,000 steps instead of 2,000, its lr decays at
-  50 % and 70 % instead of 75 % and 87.5 %, without dropout and with the paper's 0.5;
-- `sgr.tab7`: global BP, SGR and layer-wise training (the reference of SGR's term) on VGG-12, 37 and 57 with the
-  calibrated λ for 30 epochs instead of 6. Over the two-core budget (`ON_GPU`), so a GPU window trains it. Closed
-  before its last three runs (`CLOSED`): at that λ SGR did not learn on VGG-12; Table 7's rerun is at the λ of
-  `sgr.lam7`, the λ pilot on Table 7's VGGs.
+Each pilot names the question it answers and the candidate it tries (our choices; `PILOTS`). Budget checks
+(`BUDGET_CHECKS`) and pending reruns (`RERUNS`) train here with `--budget` / `--rerun` (and `--only` a few runs).
 """
 
 from __future__ import annotations
@@ -332,29 +323,65 @@ def train_units(units: list, jobs: int = 2, echo=print) -> None:
             echo(line)
 
 
+def rerun_units(element_id: str) -> list:
+    """A pending rerun's runs (`RERUNS`): the element's `cpu` runs at the rerun's overrides."""
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+
+    if element_id not in RERUNS:
+        raise ValueError(f"{element_id} has no pending rerun; choose among {', '.join(RERUNS)}")
+    return units_of(element_id, get(element_id).resolve("cpu", RERUNS[element_id]))
+
+
+def only(units: list, prefixes: list[str] | None) -> list:
+    """`units` whose label starts with one of `prefixes`, in the prefixes' order (all of them, as they are, for
+    none); a prefix that names no unit is an error, before any training."""
+    chosen = {p: [u for u in units if u.label.startswith(p)] for p in prefixes or []}
+    for prefix, matched in chosen.items():
+        if not matched:
+            raise ValueError(f"--only {prefix!r} names no run left to train; left: {[u.label for u in units]}")
+    return list({u.key: u for matched in chosen.values() for u in matched}.values()) if prefixes else units
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Train the pilots' runs (committed under results/runs/).")
+    parser = argparse.ArgumentParser(
+        description="Train pilots', budget checks' or reruns' runs (committed under "
+        "results/runs/; `git add results/runs` afterwards)."
+    )
     here = [n for n in PILOTS if n not in ON_GPU and n not in CLOSED]
     parser.add_argument("names", nargs="*", help=f"pilots among {', '.join(PILOTS)} (default: {', '.join(here)})")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
     parser.add_argument("--anyway", action="store_true", help=f"also train {', '.join(ON_GPU)} (over the budget)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--budget", nargs="+", metavar="ELEMENT", help=f"budget checks among {', '.join(BUDGET_CHECKS)}")
+    group.add_argument("--rerun", nargs="+", metavar="ELEMENT", help=f"pending reruns among {', '.join(RERUNS)}")
     parser.add_argument(
-        "--budget",
-        nargs="+",
-        metavar="ELEMENT",
-        help=f"train the budget checks of these (among {', '.join(BUDGET_CHECKS)})",
+        "--only", nargs="+", metavar="LABEL", help="only the runs whose label starts so, in this order ('SGR K=35')"
     )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
-    if args.budget:
-        unknown = [e for e in args.budget if e not in BUDGET_CHECKS]
+    elements = args.budget or args.rerun
+    if elements:
+        valid = BUDGET_CHECKS if args.budget else tuple(RERUNS)
+        unknown = [e for e in elements if e not in valid]
         if unknown or args.names:
-            parser.error(f"--budget takes elements among {', '.join(BUDGET_CHECKS)}, and no pilot names")
+            parser.error(
+                f"{'--budget' if args.budget else '--rerun'} takes elements among {', '.join(valid)}, "
+                "and no pilot names"
+            )
         from gradalign.sweep import missing_units
 
-        train_units([u for e in args.budget for u in missing_units(budget_units(e), _committed())], args.jobs)
+        units_of_element = budget_units if args.budget else rerun_units
+        left = [u for e in elements for u in missing_units(units_of_element(e), _committed())]
+        try:
+            left = only(left, args.only)
+        except ValueError as err:
+            parser.error(str(err))
+        train_units(left, args.jobs)
         return 0
+    if args.only:
+        parser.error("--only applies to --budget or --rerun")
     unknown = [n for n in args.names if n not in PILOTS]
     if unknown:
         parser.error(f"unknown pilot(s) {', '.join(unknown)}; choose among {', '.join(PILOTS)}")
