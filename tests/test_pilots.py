@@ -143,22 +143,31 @@ def test_an_elements_runs_so_far_compare_only_arms_with_every_seed(tmp_path, mon
     assert not any("From the arms" in str(s) for s in shown) and not any("Diverged" in str(s) for s in shown)
 
 
-def test_a_rerun_or_budget_check_trains_here_only_its_named_runs_in_their_order(monkeypatch, capsys):
+def test_a_rerun_or_budget_check_trains_here_only_its_uncommitted_named_runs_in_their_order(
+    tmp_path, monkeypatch, capsys
+):
     trained = []
     monkeypatch.setattr(pilots, "train_units", lambda units, jobs: trained.append([u.label for u in units]))
-    monkeypatch.setattr(pilots, "_committed", lambda: "/nonexistent")  # nothing committed: every run is left
-    pilots.main(["--rerun", "sgr.tab7", "--only", "SGR K=35", "Global BP K=1 vgg12"])
-    assert trained[-1] == [f"SGR K=35 vgg37 seed {s}" for s in range(3)] + [
-        f"Global BP K=1 vgg12 seed {s}" for s in range(3)
-    ]
+    monkeypatch.setattr(pilots, "_committed", lambda: tmp_path / "runs")
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))  # a run in this machine's cache is still trained
     units = pilots.rerun_units("sgr.tab7")
     assert len(units) == 27 and all(
         u.spec["protocol"]["epochs"] == pilots.RERUNS["sgr.tab7"]["protocol.epochs"] for u in units
     )
+    pilots.main(["--rerun", "sgr.tab7", "--only", "SGR K=35", "Global BP K=1 vgg12"])
+    assert trained[-1] == [f"SGR K=35 vgg37 seed {s}" for s in range(3)] + [
+        f"Global BP K=1 vgg12 seed {s}" for s in range(3)
+    ]
+    for unit in units[:2]:  # committed: not trained again, and a prefix naming only committed runs is no error
+        write_entry(tmp_path / "runs", unit, {"history": {}}, {"hardware": "test", "wall_time_s": 1.0})
+    pilots.main(["--rerun", "sgr.tab7", "--only", units[0].label, units[1].label, units[2].label])
+    assert trained[-1] == [units[2].label]
+    pilots.main(["--rerun", "sgr.tab7"])
+    assert trained[-1] == [u.label for u in units[2:]]
     pilots.main(["--budget", "sgr.tab6", "--only", "Greedy K=3", "Greedy"])  # a run two prefixes name: once
     assert len(trained[-1]) == 9 and len(set(trained[-1])) == 9 and trained[-1][0].startswith("Greedy K=3")
     for argv, message in [
-        (["--rerun", "sgr.tab7", "--only", "Nope"], "'Nope' names no run left to train"),
+        (["--rerun", "sgr.tab7", "--only", "Nope"], "--only 'Nope' names no run"),
         (["--rerun", "sgr.tab4"], "--rerun takes elements among"),
         (["--only", "SGR"], "--only applies to --budget or --rerun"),
         (["--rerun", "sgr.tab7", "--budget", "sgr.tab7"], "not allowed with argument"),
@@ -166,6 +175,6 @@ def test_a_rerun_or_budget_check_trains_here_only_its_named_runs_in_their_order(
         with pytest.raises(SystemExit):
             pilots.main(argv)
         assert message in capsys.readouterr().err
-    assert len(trained) == 2  # nothing trained on a refused command
+    assert len(trained) == 4  # nothing trained on a refused command
     with pytest.raises(ValueError, match="no pending rerun"):
         pilots.rerun_units("sgr.tab4")

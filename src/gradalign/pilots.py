@@ -136,20 +136,17 @@ RERUNS: dict[str, dict] = {
     # committed. About 15 hours of one thread: GPU windows train it
     "sgr.tab3": {"protocol.epochs": 120},
 }
-"""Each element's full rerun at the scale its pilots (or its budget check) chose (every network, label count and
-family, 3 seeds), as overrides of its `cpu` preset: what a sitting (`gradalign sweep <id> --preset cpu --set ...`)
-or a GPU window (`gpu_window.BACKLOG`) trains next, and what becomes the `cpu` preset once its runs are committed and
-the pilot held. Tables 3 and 6's reruns (60 epochs at the calibrated λ; Table 6 with the paper's K = 3) and the
-meta-gradient elements' reruns are their `cpu` presets now (`local_bp.TABLE3_CPU`, `local_bp.TABLE6_CPU`,
-`ssl_runs.CPU_FITS`)."""
+"""Each element's full rerun at the scale its pilots (or its budget check) chose, as overrides of its `cpu` preset:
+what a sitting (`python -m gradalign.pilots --rerun <id>`) or a GPU window (`gpu_window.BACKLOG`) trains next, and
+the `cpu` preset once its runs are committed. Earlier reruns are `cpu` presets now (`local_bp.TABLE3_CPU`,
+`local_bp.TABLE6_CPU`: 60 epochs at the calibrated λ, Table 6 with the paper's K = 3; `ssl_runs.CPU_FITS`)."""
 
 
 ON_GPU: tuple[str, ...] = ("sgr.tab7",)
 """Pilots over the two-core budget: a GPU window trains their runs (`gpu_window.BACKLOG`); `main` trains them here
-only when asked to (`--anyway`). Table 7's, estimated by hand from the stale 6-epoch record's per-epoch times (one
-thread): 30 epochs are about 2.5, 7 and 12 min (global BP) and 20, 94 and 90 min (SGR) at depths 12, 37 and 57, 3.8
-hours of one thread (1.9 hours of two cores) before the layer-wise arm, which was not timed (no double backward:
-cheaper than SGR). Over the 1.5-hour budget."""
+only when asked to (`--anyway`). Table 7's: 3.8 hours of one thread for global BP and SGR alone, as estimated before
+it ran; its λ = 10² runs, later trained here at 30 epochs, took 2 to 10 min (global BP), 4 to 15 (layer-wise) and 11
+to 13 (SGR, VGG-12) per run."""
 
 
 def is_pilot(element_id: str, preset: str, overrides: dict) -> bool:
@@ -334,13 +331,20 @@ def rerun_units(element_id: str) -> list:
 
 
 def only(units: list, prefixes: list[str] | None) -> list:
-    """`units` whose label starts with one of `prefixes`, in the prefixes' order (all of them, as they are, for
-    none); a prefix that names no unit is an error, before any training."""
-    chosen = {p: [u for u in units if u.label.startswith(p)] for p in prefixes or []}
-    for prefix, matched in chosen.items():
+    """`units` whose label starts with one of `prefixes`, in the prefixes' order (all, for none), each once; a prefix
+    that names none of them is an error, before any training."""
+    chosen = [[u for u in units if u.label.startswith(p)] for p in prefixes] if prefixes else [units]
+    for prefix, matched in zip(prefixes or [], chosen):
         if not matched:
-            raise ValueError(f"--only {prefix!r} names no run left to train; left: {[u.label for u in units]}")
-    return list({u.key: u for matched in chosen.values() for u in matched}.values()) if prefixes else units
+            raise ValueError(f"--only {prefix!r} names no run; runs: {', '.join(u.label for u in units)}")
+    return list({u.key: u for matched in chosen for u in matched}.values())
+
+
+def uncommitted(units: list) -> list:
+    """`units` without an entry under `results/runs/`: trained, or read from this machine's run cache, and committed."""
+    from gradalign.run_unit import read_entry
+
+    return [u for u in units if read_entry(_committed(), u) is None]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,12 +374,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'--budget' if args.budget else '--rerun'} takes elements among {', '.join(valid)}, "
                 "and no pilot names"
             )
-        from gradalign.sweep import missing_units
-
         units_of_element = budget_units if args.budget else rerun_units
-        left = [u for e in elements for u in missing_units(units_of_element(e), _committed())]
         try:
-            left = only(left, args.only)
+            left = uncommitted(only([u for e in elements for u in units_of_element(e)], args.only))
         except ValueError as err:
             parser.error(str(err))
         train_units(left, args.jobs)
