@@ -46,7 +46,7 @@ def test_unknown_pilot_is_refused_in_one_line(capsys):
     assert "unknown pilot(s) nope" in capsys.readouterr().err
 
 
-def test_table7_pilot_is_the_first_seed_of_its_rerun_and_waits_for_a_gpu_window():
+def test_table7_pilot_is_seed_0_of_its_settings_and_closed_before_its_last_runs():
     from gradalign.experiments import get
     from gradalign.experiments.sgr.local_runs import CALIBRATED
     from gradalign.experiments.units import units_of
