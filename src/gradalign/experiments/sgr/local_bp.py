@@ -286,9 +286,31 @@ TABLE6_PRESETS = {
 }
 TABLE7_PRESETS = {
     "smoke": {**SHARED["smoke"], "depths": (12, 17), "sgr_split": "stage"},
-    "cpu": {"width": 0.125, "n_train": 6400, "n_test": 2000, "seeds": 3, "protocol.epochs": 6, "depths": (12, 37, 57)},
-    # not sized: Table 7's rerun is `pilots.RERUNS` (the cpu preset at sgr.lam7's λ, 60 epochs); estimated, not timed
-    "gpu": {"width": 0.5, "n_train": 0, "n_test": 0, "seeds": 3, "protocol.epochs": 5, "depths": (12, 27, 37, 47, 57)},
+    # Table 7 at cpu: its 27 runs committed (2026-11-27), all trained here (one thread each; VGG-57's SGR 46 to 72 min
+    # a run): the λ of our VGG pilot (sgr.lam7: mean reduction, 10², the one setting whose term acted on a VGG) at 30
+    # epochs, its first pilot's candidate. Its budget check (VGG-12 at 15 epochs) found no arm finished: its next
+    # budget, 60 epochs, is `pilots.RERUNS`
+    "cpu": {
+        "width": 0.125,
+        "n_train": 6400,
+        "n_test": 2000,
+        "seeds": 3,
+        "reduction": "mean",
+        "lam": 100.0,
+        "protocol.epochs": 30,
+        "depths": (12, 37, 57),
+    },
+    # not sized (estimated, not timed); at the cpu preset's λ
+    "gpu": {
+        "width": 0.5,
+        "n_train": 0,
+        "n_test": 0,
+        "seeds": 3,
+        "reduction": "mean",
+        "lam": 100.0,
+        "protocol.epochs": 5,
+        "depths": (12, 27, 37, 47, 57),
+    },
     "paper": {**PAPER, "depths": (12, 17, 27, 37, 47, 57)},
 }
 
