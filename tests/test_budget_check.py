@@ -133,7 +133,7 @@ def test_the_budget_checks_follow_the_reruns_they_read_and_assemble_no_record():
     from gradalign.gpu_window import BACKLOG
 
     half = pilots.budget_overrides("sgr.tab7")
-    assert half == {**pilots.RERUNS["sgr.tab7"], "protocol.epochs": 30}  # the pending rerun's, halved
+    assert half == {**pilots.RERUNS["sgr.tab7"], "protocol.epochs": 60}  # its 120-epoch rerun's, halved
     assert pilots.budget_overrides("sgr.tab3") == {"protocol.epochs": 60}  # its 120-epoch rerun's: the cpu runs
     assert pilots.budget_overrides("sgr.tab6") == {"protocol.epochs": 30}  # no rerun: the cpu preset's, halved
     queue = [(e, "cpu", o) for e, _, o in pilots.queued()]
