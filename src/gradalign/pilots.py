@@ -123,20 +123,16 @@ PILOTS = {
 
 
 RERUNS: dict[str, dict] = {
-    # Table 7 at four times its cpu budget (the cpu preset: the λ of our VGG pilot sgr.lam7, 10² with the mean
-    # reduction, 30 epochs, 27 runs). Its budget check (VGG-12 at 15 epochs) found every arm still gaining about 3
-    # points, so the rerun was set at 60 epochs. The budget check of that rerun (VGG-12's 9 runs at 60 epochs against
-    # 30, trained here 2026-11-27) found global BP (+0.55) and layer-wise training (+1.08) still gaining more than the
-    # tolerance: at most 21 of 27 runs (78 %) could count as finished, so a 60-epoch Table 7 cannot be a valid test
-    # either. 120 epochs, λ unchanged; its budget check is the 60-epoch runs (VGG-12's and global BP's VGG-57
-    # committed). About 4 times the 30-epoch runs' 8.5 hours of one thread: GPU windows train it, last (`QUEUE`):
-    # VGG-12's runs at 120 epochs, trained here, still gained more than the tolerance over 60 (global BP +1.12,
-    # layer-wise +0.78), so each doubling has kept adding half a point or more to those two arms at this scale
+    # Table 7 at 4 × its cpu budget (sgr.lam7's λ, 10², mean; 30 epochs, 27 runs). Its check (VGG-12 at 15 epochs):
+    # every arm gained about 3 points, so 60. Then VGG-12 at 60 (trained here 2026-11-27) against 30: global BP
+    # +0.55, layer-wise +1.08, at most 21 of 27 (78 %) finished. So 120, checked by the 60-epoch runs (VGG-12's and
+    # global BP's VGG-57 committed); about 4 × the 30-epoch runs' 8.5 h of one thread, last in `QUEUE`: VGG-12 at
+    # 120 (trained here) still gained over 60 (global BP +1.12, layer-wise +0.78): each doubling adds ≥ 0.5 there
     "sgr.tab7": {"protocol.epochs": 120},
     # Table 3 at twice its cpu budget: by its budget check (the runs at 30 epochs, trained here 2026-11-27) no arm had
     # finished learning at 60 epochs: from 30 to 60 every arm gained 1.7 to 3.5 points (SGR 2.13 ± 0.77 on ResNet-32,
-    # 2.92 ± 1.36 on PlainNet-32). The same runs at 120 epochs, λ unchanged; their budget check is the 60-epoch runs,
-    # committed. About 15 hours of one thread: GPU windows train it
+    # 2.92 ± 1.36 on PlainNet-32). The same runs at 120 epochs, λ unchanged, checked by the committed 60-epoch runs.
+    # About 15 hours of one thread: GPU windows train it, first
     "sgr.tab3": {"protocol.epochs": 120},
 }
 """Each element's full rerun at the scale its pilots (or its budget check) chose, as overrides of its `cpu` preset:
@@ -216,11 +212,9 @@ QUEUE: tuple[tuple[str, str], ...] = (
     ("sgr.tab7", "rerun"),
     ("sgr.tab7", "budget check"),
 )
-"""The reruns and budget checks in the order a GPU window trains them: a rerun before the budget check that reads
-it. Table 6's check after Table 3's, since 3 of its arms had already not finished at 60 epochs (it cannot make
-Table 6 a valid test, only tell which arms had finished). Table 7's last: its VGG-12 runs at 120 epochs (trained
-here) show global BP and layer-wise training still gaining more than the tolerance, so its 120-epoch rerun cannot
-be a valid test either; it stays queued for what its deeper arms show, behind the runs that can still decide."""
+"""The order a GPU window trains them, a rerun before the check that reads it. Table 6's check (3 arms unfinished at
+60 epochs: it only tells which finished) after Table 3's; Table 7's last: its VGG-12 arms still gain at 120 epochs
+(`RERUNS`), so it cannot decide; it shows how the deeper arms end, behind runs that still can."""
 
 
 def queued() -> tuple[tuple[str, str, dict], ...]:
