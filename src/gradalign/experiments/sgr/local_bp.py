@@ -288,8 +288,8 @@ TABLE7_PRESETS = {
     "smoke": {**SHARED["smoke"], "depths": (12, 17), "sgr_split": "stage"},
     # Table 7 at cpu: its 27 runs committed (2026-11-27), all trained here (one thread each; VGG-57's SGR 46 to 72 min
     # a run): the λ of our VGG pilot (sgr.lam7: mean reduction, 10², the one setting whose term acted on a VGG) at 30
-    # epochs, its first pilot's candidate. Its budget check (VGG-12 at 15 epochs) found no arm finished: its next
-    # budget, 60 epochs, is `pilots.RERUNS`
+    # epochs, its first pilot's candidate. Its budget check (VGG-12 at 15 epochs) found no arm finished: its longer
+    # budgets are `pilots.RERUNS`
     "cpu": {
         "width": 0.125,
         "n_train": 6400,
