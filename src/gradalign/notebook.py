@@ -60,9 +60,12 @@ def verdict_markdown(records: list[dict]):
 
 
 RULES_TEXT = (
-    "*How an empirical verdict is decided:* every comparison uses at least 3 seeds and the standard error (SE) of "
-    'the difference of means; "A beats B" needs a difference above 2 SE (≈: within 2 SE, not decided); "A is '
-    'at least as good as B" needs A − B > −2 SE (a tie when within 2 SE). A claim is *not reproduced* only when '
-    "every precondition holds and it fails beyond 2 SE; an unmet precondition or an undecided difference makes "
-    "the verdict *inconclusive*."
+    "*How an empirical verdict is decided (rules version 4):* every comparison uses at least 3 seeds and Welch's t "
+    'test of the difference of means (Welch–Satterthwaite degrees of freedom ν); "A beats B" needs t beyond its '
+    'two-sided 5 % critical value t₀.₉₇₅(ν) (≈: within noise, not decided); "A is at least as good as B" passes '
+    "unless A loses beyond it (a tie shows the smallest difference the test could detect at 80 % power). Where "
+    "every arm also ran at half the budget, a claim is decided only when its decision is the same at both budgets "
+    "(budget-stable). A baseline that cannot fit its labels blocks only a win of the method; a method arm that "
+    "cannot fit its labels blocks only a loss. A claim is *not reproduced* only when the preconditions that bear "
+    "on it hold and it fails beyond noise; otherwise the verdict is *inconclusive*."
 )

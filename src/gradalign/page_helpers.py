@@ -192,6 +192,7 @@ def rerun_view(element: str, reference: str, overrides: dict | None = None) -> N
     from IPython.display import Markdown, display
 
     from gradalign.experiments import get
+    from gradalign.experiments.rules import decide
     from gradalign.experiments.seed_stats import difference, stats
     from gradalign.experiments.sgr.validity import ACTIVE_RATIO, TOLERANCE
     from gradalign.experiments.units import units_of
@@ -248,11 +249,12 @@ def rerun_view(element: str, reference: str, overrides: dict | None = None) -> N
         if term is None or other_term is None:
             continue
         d, name = difference(acc, other_acc), {"layerwise": "layer-wise"}.get(reference, TITLES[reference])
-        word = "above" if d["diff"] > 2 * d["se"] else "below" if d["diff"] < -2 * d["se"] else "within 2 SE of"
+        decision = decide(acc, other_acc, True)["decision"]
+        word = {"beats": "above", "loses": "below"}.get(decision, "within noise of")
         ratio = term["mean"] / other_term["mean"]
         lines.append(
             f"- {network_title(net)}, K = {k}: SGR − {name} = {d['diff']:+.2f} ± {d['se']:.2f} SE points "
-            f"(SGR {word} {name}); SGR's term / {name}'s = {ratio:.2f} (the precondition asks ≤ "
+            f"(SGR {word} {name}, Welch's t at 5 %); SGR's term / {name}'s = {ratio:.2f} (the precondition asks ≤ "
             f"{ACTIVE_RATIO:g}: {'met' if ratio <= ACTIVE_RATIO else 'not met'})."
         )
     if lines:

@@ -4,7 +4,13 @@ A record made under earlier rules (schema 2) is first checked against its own di
 alone and reported. Its claims are then re-derived from its stored per-seed metrics and its preconditions measured
 from its metrics and curves (`assess`); where these do not suffice, its verdict is "inconclusive: not yet evaluated
 under these rules". The metrics, curves, config and provenance are kept as computed; the record gains
-`rederived` (the date, the rules, the schema it came from) and a new digest. A record already under these rules is
+`rederived` (the date, the rules, the schema it came from) and a new digest.
+
+The verdict layer (`VERDICT_LAYER`: the rules, the budget checks, the t distribution, the reading of committed runs,
+the verdict vocabulary) computes no metric or curve: it only decides claims from them, and this module re-derives
+exactly what it decides. So a re-derived record's code fingerprint takes today's digests of those files (listed in
+`rederived.code`), and the record is not flagged stale for them; an edit to any other file it ran (a model, a loss,
+an experiment module, which do compute its numbers) still marks it stale. A record already under these rules is
 assessed again too, since a precondition can read what was measured after it (the book's supervised reference,
 `gradalign.experiments.reference`); it is rewritten only when its checks, preconditions, evidence or verdict change.
 
@@ -24,7 +30,15 @@ from gradalign.results import SCHEMA, ResultStore, record_digest
 from gradalign.verdict import RULES
 
 
-DERIVED = ("checks", "preconditions", "evidence", "verdict")  # what `assess` writes; the rest is kept as computed
+DERIVED = ("checks", "preconditions", "evidence", "verdict")
+VERDICT_LAYER = (
+    "verdict.py",
+    "experiments/rules.py",
+    "experiments/student_t.py",
+    "experiments/claim_budget.py",
+    "experiments/committed.py",
+    "experiments/budget_rule.py",
+)  # what `assess` writes; the rest is kept as computed
 
 
 def rederive_file(path: Path, store: ResultStore) -> tuple[str, str | None, str]:
@@ -43,14 +57,36 @@ def rederive_file(path: Path, store: ResultStore) -> tuple[str, str | None, str]
     for key in ("digest", "rederived"):
         record.pop(key, None)
     assess(record)
-    if current and all(record.get(k) == v for k, v in derived.items()):
+    refreshed = _refresh_verdict_layer(record)
+    if current and not refreshed and all(record.get(k) == v for k, v in derived.items()):
         return record["id"], before, before  # nothing moved: the file stays as it is
     record["schema"] = SCHEMA
     record["rederived"] = {"date": _dt.date.today().isoformat(), "rules": RULES, "from_schema": came_from}
+    if refreshed:
+        record["rederived"]["code"] = refreshed
     written = store.save(record)
     if written != path:  # the key did not change: same id, preset and config hash
         raise ValueError(f"{path}: re-derived record would move to {written}")
     return record["id"], before, record["verdict"]["status"]
+
+
+def _refresh_verdict_layer(record: dict) -> list[str]:
+    """Set the record's fingerprint of the `VERDICT_LAYER` files it runs to today's (their output was just
+    re-derived); the files whose digest moved, sorted."""
+    from gradalign.experiments import get
+    from gradalign.fingerprint import code_fingerprint
+
+    stored = record.get("provenance", {}).get("code")
+    if not isinstance(stored, dict):
+        return []
+    current = code_fingerprint(get(record["id"]).run.__module__)
+    moved = sorted(f for f in VERDICT_LAYER if stored.get(f) != current.get(f))
+    for name in moved:
+        if name in current:
+            stored[name] = current[name]
+        else:
+            stored.pop(name, None)
+    return moved
 
 
 def main(argv: list[str] | None = None) -> int:

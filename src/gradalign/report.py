@@ -143,7 +143,7 @@ def mark(c: dict) -> str:
 
 def checks_markdown(record: dict, key: str = "checks") -> str:
     """The checks (or targets, or preconditions) of a record as a table, the mark first: claim, rule, measured.
-    ✔ passed, ≈ the difference lies within 2 standard errors (or too few seeds), ✘ failed."""
+    ✔ passed, ≈ not decided: within noise by Welch's t (or too few seeds), or not budget-stable; ✘ failed."""
     head = "precondition" if key == "preconditions" else "claim (check)"
     lines = [f"| | {head} | rule | measured |", "| :-: | --- | --- | --- |"]
     for name, c in record.get(key, {}).items():
@@ -251,7 +251,8 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
         "never typed in. *Analytic* elements (derivations, definitions, closed forms) are reproduced or not. "
         "*Empirical* elements (trained models, simulated dynamics) are decided only by a valid test: the runs "
         "finished learning, the baseline fits its labels, the method's own term acted, enough seeds; otherwise "
-        "they are *inconclusive*, and so is a difference within 2 standard errors. The scale of a reduced-scale "
+        "they are *inconclusive*, and so is a difference within noise (Welch's t at 5 %) or a decision that changes "
+        "at half the budget. The scale of a reduced-scale "
         "record is named beside its verdict. *Code* says whether the library code that computed the record has "
         "changed since.",
         "",

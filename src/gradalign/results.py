@@ -171,14 +171,14 @@ def _content_problem(record: dict) -> str | None:
 
 def _same_verdict(stored: object, derived: dict) -> bool:
     """Equal status and the same failed, unmet and undecided checks, in any order."""
+    lists = ("failed", "unmet", "within_noise", "unstable")
+    if not isinstance(stored, dict):
+        return False
+    stored = {"unstable": [], **stored}  # a verdict of rules before 4 has no budget-unstable claims
     return (
-        isinstance(stored, dict)
-        and set(stored) == set(derived)
+        set(stored) == set(derived)
         and stored["status"] == derived["status"]
-        and all(
-            isinstance(stored[k], list) and sorted(map(str, stored[k])) == sorted(derived[k])
-            for k in ("failed", "unmet", "within_noise")
-        )
+        and all(isinstance(stored[k], list) and sorted(map(str, stored[k])) == sorted(derived[k]) for k in lists)
     )
 
 

@@ -59,7 +59,7 @@ PROVENANCE_OPTIONAL: dict[str, tuple[Any, str]] = {
     "git_commit": ((str, type(None)), "a string"),
     "code": (dict, "an object"),
 }
-VERDICT_LISTS = ("failed", "unmet", "within_noise")
+VERDICT_LISTS = ("failed", "unmet", "within_noise", "unstable")
 
 
 def record_problem(record: object) -> str | None:

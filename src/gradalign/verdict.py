@@ -8,11 +8,15 @@ Two kinds of element (`EVIDENCE`):
   test. Its *preconditions* (the runs finished learning, the baseline fits its labels, the method's own term
   acted, the baseline is near the book's reference, enough seeds) are checks of the test itself:
 
-  - any precondition unmet: **inconclusive**, naming it;
+  - any two-sided precondition unmet: **inconclusive**, naming it;
   - else a claim that failed beyond noise (a check whose `passed` is false and that is not `within_noise`):
     **not reproduced**;
-  - else a claim whose difference lies within 2 standard errors (`within_noise`): **inconclusive**;
-  - else **reproduced**.
+  - else a claim not decided: its difference within noise (`within_noise`), or its decision not the same at the
+    full budget and at half of it (`budget_unstable`, `experiments.claim_budget`): **inconclusive**;
+  - else **reproduced**;
+  - a *one-sided* precondition (`one_sided`: the status it blocks) makes only that status inconclusive: a baseline
+    that cannot fit its labels flatters the method and blocks "reproduced", and leaves a decided loss standing; a
+    method's arm that cannot fit its labels handicaps the method and blocks "not reproduced".
 
 "Not run here" belongs to an element with no record. The scale (`scope`: the paper's setting, `exact`, or a
 `reduced` one the experiment names) is shown beside the status and never changes it. The verdict lives apart
@@ -22,7 +26,7 @@ that was edited.
 
 from __future__ import annotations
 
-RULES = 3  # version of these rules; a stored record names the rules its verdict was derived under
+RULES = 4  # version of these rules; a stored record names the rules its verdict was derived under
 SCOPES = ("exact", "reduced")  # the paper's setting as published, or a reduced one (data, steps, seeds)
 EVIDENCE = ("analytic", "empirical")
 STATUSES = ("reproduced", "not reproduced", "inconclusive", "not run here")
@@ -31,11 +35,12 @@ STATUSES = ("reproduced", "not reproduced", "inconclusive", "not run here")
 def derive_verdict(
     checks: dict[str, dict], scope: str, preconditions: dict[str, dict] | None = None, evidence: str = "analytic"
 ) -> dict:
-    """{"status", "failed", "unmet", "within_noise"} from the checks (the paper's claims), the preconditions
-    (empirical elements only) and the scope.
+    """{"status", "failed", "unmet", "within_noise", "unstable"} from the checks (the paper's claims), the
+    preconditions (empirical elements only) and the scope.
 
-    `failed`: claims that failed beyond noise; `within_noise`: claims not decided (difference within 2 standard
-    errors, or too few seeds); `unmet`: preconditions that do not hold.
+    `failed`: claims that failed beyond noise; `within_noise`: claims not decided (difference within noise, or too
+    few seeds); `unstable`: claims whose decision differs between the full budget and half of it; `unmet`:
+    preconditions that do not hold and block the status (a one-sided one blocks only the status it names).
     """
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}; got {scope!r}")
@@ -44,17 +49,18 @@ def derive_verdict(
     preconditions = preconditions or {}
     if evidence == "analytic" and preconditions:
         raise ValueError("an analytic element has no preconditions")
-    noise = sorted(n for n, c in checks.items() if not c["passed"] and c.get("within_noise", False))
-    failed = sorted(n for n, c in checks.items() if not c["passed"] and n not in noise)
-    unmet = sorted(n for n, c in preconditions.items() if not c["passed"])
+    undecided = {n for n, c in checks.items() if not c["passed"] and c.get("within_noise", False)}
+    unstable = sorted(n for n in undecided if checks[n].get("budget_unstable", False))
+    noise = sorted(undecided - set(unstable))
+    failed = sorted(n for n, c in checks.items() if not c["passed"] and n not in undecided)
     if evidence == "analytic":
-        failed = sorted(failed + noise)  # an analytic check has no noise to hide in
-        noise = []
-    if unmet or (noise and not failed):
+        failed = sorted(failed + noise + unstable)  # an analytic check has no noise to hide in
+        noise, unstable = [], []
+    status = "not reproduced" if failed else "inconclusive" if noise or unstable else "reproduced"
+    unmet = sorted(n for n, c in preconditions.items() if not c["passed"] and c.get("one_sided", status) == status)
+    if unmet:
         status = "inconclusive"
-    else:
-        status = "not reproduced" if failed else "reproduced"
-    return {"status": status, "failed": failed, "unmet": unmet, "within_noise": noise}
+    return {"status": status, "failed": failed, "unmet": unmet, "within_noise": noise, "unstable": unstable}
 
 
 def reason(verdict: dict, preconditions: dict[str, dict] | None = None) -> str:
@@ -65,7 +71,12 @@ def reason(verdict: dict, preconditions: dict[str, dict] | None = None) -> str:
             return "precondition not met: " + "; ".join(
                 preconditions.get(n, {}).get("claim", n) if preconditions else n for n in verdict["unmet"]
             )
-        return "difference within noise: " + ", ".join(verdict["within_noise"])
+        parts = []
+        if verdict.get("unstable"):
+            parts.append("decision not the same at half the budget: " + ", ".join(verdict["unstable"]))
+        if verdict["within_noise"]:
+            parts.append("difference within noise: " + ", ".join(verdict["within_noise"]))
+        return "; ".join(parts)
     if verdict["status"] == "not reproduced":
         return "failed: " + ", ".join(verdict["failed"])
     return ""

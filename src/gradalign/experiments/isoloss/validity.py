@@ -36,11 +36,30 @@ def tab1(record: dict) -> dict:
     )
     return {
         "enough_seeds": enough_seeds({k: len(v["probe"]) for k, v in arms.items()}),
-        "finished_learning": finished_learning(
-            runs, higher_is_better=True, tolerance=TOLERANCE, metric="online readout test accuracy (%)"
-        ),
+        "finished_learning": _probe_finished(record, runs),
         "mechanism_active": active,
     }
+
+
+def _probe_finished(record: dict, readout: dict[str, list]) -> dict:
+    """Rules version 4: finished learning on the metric that decides the claims, the linear probe. The probe is fit
+    once, at the end of a run, so no run's own curve can show it flat: its runs at half the epochs decide (claim-level
+    budget stability, `experiments.claim_budget`), and they are not trained yet. The online readout's per-run rule is
+    shown beside, for information only (it is not what the claims compare)."""
+    shown = finished_learning(readout, higher_is_better=True, tolerance=TOLERANCE, metric="online readout (%)")
+    epochs = record["config"].get("epochs") or record["config"].get("settings", {}).get("epochs")
+    half = f"{epochs // 2} epochs" if isinstance(epochs, int) else "half the epochs"
+    return check(
+        False,
+        {
+            "probe_evaluations_per_run": 1,
+            "half_budget_runs_missing": f"every arm and seed at {half}",
+            "online_readout_rule": shown["value"],
+        },
+        "the linear probe (the metric the claims compare) gains nothing between half the budget and the full one: "
+        "needs every arm's runs at half the epochs (the probe is fit once per run, at its end)",
+        "the runs finished learning",
+    )
 
 
 def tab1_claims(record: dict) -> dict:

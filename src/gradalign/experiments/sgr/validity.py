@@ -11,8 +11,11 @@ whose modules train alone as layer-wise ones do).
 from __future__ import annotations
 
 from gradalign.experiments.budget_rule import finished_with_budget
+from gradalign.experiments.claim_budget import replaces_finished_learning, stabilise
 from gradalign.experiments.rules import (
     enough_seeds,
+    sig,
+    summary,
     mechanism_active,
     not_evaluated,
     not_recorded,
@@ -35,11 +38,20 @@ def _finished(record: dict, keys: list[str]) -> dict:
     judged by that budget check instead (`experiments.budget_rule`, `experiments.sgr.budget`)."""
     from gradalign.experiments.sgr.budget import pairs
 
+    checked = _budget_tables(record)
+    if checked is not None:
+        full, half, budgets = checked
+        gains = {k: sig(full[k]["mean"] - half[k]["mean"]) for k in sorted(full)}
+        return replaces_finished_learning(len(full), budgets, gains)
     curves = record["curves"]
     arms = {k: [f"{k}/seed{i}" for i in range(len(curves[k]["test_acc"]))] for k in keys}
     runs = {name: row for k in keys for name, row in zip(arms[k], curves[k]["test_acc"])}
     budget = {k: pair for k, pair in pairs(record).items() if k in arms}
-    return finished_with_budget(runs, arms, budget, True, TOLERANCE, "test accuracy (%)")
+    out = finished_with_budget(runs, arms, budget, True, TOLERANCE, "test accuracy (%)")
+    if record.get("id") in ("sgr.tab3", "sgr.tab6", "sgr.tab7"):  # what the claim-level budget check still lacks
+        missing = sorted(k for k in keys if budget.get(k, (None, None))[1] is None)
+        out["value"]["half_budget_runs_missing"] = missing
+    return out
 
 
 def _seeds(curves: dict, keys: list[str]) -> dict:
@@ -149,20 +161,78 @@ def _prefixed(record: dict, dataset: str, checks: dict) -> dict:
     return {n if len(_datasets(record)) == 1 else f"{dataset}_{n}": c for n, c in checks.items()}
 
 
+def _budget_tables(record: dict) -> tuple[dict, dict, tuple[str, str]] | None:
+    """(summaries at the record's budget B, at B/2, the two budgets' names), by arm key and with the per-seed
+    values, when every arm of a Table 3, 6 or 7 record has every seed committed at both budgets and none diverged
+    (`sgr.budget.pairs`); None otherwise (the per-run rule then stands)."""
+    from gradalign.experiments.sgr.budget import pairs
+
+    found = pairs(record)
+    if not found or set(found) != set(record["curves"]) or any(h is None for _, h in found.values()):
+        return None
+    epochs = record["config"]["protocol"]["epochs"]
+    full = {k: {**summary(f), "diverged": 0} for k, (f, _) in found.items()}
+    half = {k: {**summary(h), "diverged": 0} for k, (_, h) in found.items()}
+    return full, half, (f"{epochs} epochs", f"{max(1, epochs // 2)} epochs")
+
+
+def _at_both_budgets(record: dict, claims_of) -> dict:
+    """`claims_of(arms)` (arm key -> summary) at the record's budget, each claim with its budget check
+    (`claim_budget.stabilise`) when every arm has its runs at half the budget; from the stored table otherwise."""
+    checked = _budget_tables(record)
+    if checked is None:
+        return claims_of(None)
+    full, half, budgets = checked
+    return stabilise(claims_of(full), claims_of(half), budgets)
+
+
 def tab3_claims(record: dict) -> dict:
     from gradalign.experiments.sgr.local_bp import table3_checks
 
-    return per_column(record["metrics"]["table"], table3_checks, len(_datasets(record)) > 1)
+    def claims_of(arms: dict | None) -> dict:
+        tables = record["metrics"]["table"]
+        if arms is not None:
+            tables = {d: {n: {m: arms[f"{d}/{n}/{m}"] for m in t[n]} for n in t} for d, t in tables.items()}
+        return per_column(tables, table3_checks, len(_datasets(record)) > 1)
+
+    return _at_both_budgets(record, claims_of)
 
 
 def tab6_claims(record: dict) -> dict:
     from gradalign.experiments.sgr.local_bp import table6_checks
 
-    out = {}
-    for d, table in record["metrics"]["table"].items():
-        by_k = {m: {int(k): s for k, s in row.items()} for m, row in table.items()}
-        out.update(_prefixed(record, d, table6_checks(by_k, record["metrics"]["global_bp"][d])))
-    return out
+    def claims_of(arms: dict | None) -> dict:
+        out = {}
+        for d, table in record["metrics"]["table"].items():
+            by_k = {m: {int(k): s for k, s in row.items()} for m, row in table.items()}
+            global_bp = record["metrics"]["global_bp"][d]
+            if arms is not None:
+                by_k = {m: {k: arms[f"{d}/{m}/K={k}"] for k in row} for m, row in by_k.items()}
+                global_bp = arms.get(f"{d}/global_bp")
+            out.update(_prefixed(record, d, table6_checks(by_k, global_bp)))
+        return out
+
+    return _at_both_budgets(record, claims_of)
+
+
+def tab7_claims(record: dict) -> dict:
+    """Table 7's level claims (`local_bp.table7_checks`), at both budgets where the runs at half the epochs exist."""
+    from gradalign.data.image_sets import image_set_info
+    from gradalign.experiments.sgr.local_bp import table7_checks
+
+    def claims_of(arms: dict | None) -> dict:
+        out = {}
+        for ds, table in record["metrics"]["table"].items():
+            bp = {int(d): s for d, s in table["global_bp"].items()}
+            sgr = {int(d): s for d, s in table["sgr"].items()}
+            if arms is not None:
+                bp = {d: arms[f"{ds}/global_bp/d={d}"] for d in bp}
+                sgr = {d: arms[f"{ds}/sgr/d={d}"] for d in sgr}
+            checks = table7_checks(bp, sgr, 100.0 / image_set_info(ds).num_classes)
+            out.update({n if len(_datasets(record)) == 1 else f"{ds}_{n}": c for n, c in checks.items()})
+        return out
+
+    return _at_both_budgets(record, claims_of)
 
 
 def tab4_claims(record: dict) -> dict:
@@ -203,7 +273,7 @@ def fig3_claims(record: dict) -> dict:
 VALIDITY = {
     "sgr.tab3": (tab3, tab3_claims),
     "sgr.tab6": (tab6, tab6_claims),
-    "sgr.tab7": (tab7, None),
+    "sgr.tab7": (tab7, tab7_claims),
     "sgr.tab4": (bp_free, tab4_claims),
     "sgr.fig2": (bp_free, fig2_claims),
     "sgr.fig4": (bp_free, fig4_claims),
