@@ -12,7 +12,7 @@ from gradalign.experiments import get
 from gradalign.experiments.budget_rule import budget_gain, finished_with_budget
 from gradalign.experiments.rules import finished_learning, run_finished
 from gradalign.experiments.sgr import budget
-from gradalign.experiments.sgr.validity import TOLERANCE, tab3
+from gradalign.experiments.sgr.validity import tab3, tab3_claims
 from gradalign.experiments.units import units_of
 from gradalign.results import ResultStore
 from gradalign.run_unit import committed_runs
@@ -106,12 +106,15 @@ def test_table3s_precondition_reads_its_committed_half_budget_runs(tmp_path, mon
         for unit in units[1:]:
             unit.run()
     arms = budget.pairs(record)
-    checked = tab3(record)["finished_learning"]["value"]["budget_checked"]
+    replaced = tab3(record)["finished_learning"]  # every arm at both budgets: the claim-level check (rules 4)
+    assert replaced["passed"] and "claim by claim" in replaced["claim"]
+    checked = replaced["value"]["gain_from_half"]
     assert set(checked) == set(arms)
     for key, (full, half) in arms.items():
         gain = sum(full) / 2 - sum(half) / 2
-        assert len(full) == len(half) == 2 and checked[key]["gain"] == pytest.approx(gain, abs=1e-3)
-        assert checked[key]["finished"] == (gain < TOLERANCE)
+        assert len(full) == len(half) == 2 and checked[key] == pytest.approx(gain, abs=1e-3)
+    claims = tab3_claims(record)
+    assert all("budget" in c for c in claims.values())
     other = dict(record, config_hash="0" * 12)  # a record whose config no longer resolves to its own
     assert budget.pairs(other) == {}
 

@@ -34,16 +34,17 @@ def _cmp(a, b, relation="beats", higher=True):
 # --- comparisons ---------------------------------------------------------------------------------------------
 
 
-def test_beats_needs_a_difference_above_two_standard_errors():
-    se = math.sqrt(2 / 3)  # std 1 and n 3 on both arms
-    assert _cmp(_arm(10 + 2.1 * se), _arm(10))["passed"]
-    inside = _cmp(_arm(10 + 1.9 * se), _arm(10))
-    assert not inside["passed"] and inside["within_noise"]
-    worse = _cmp(_arm(10 - 2.1 * se), _arm(10))
-    assert not worse["passed"] and not worse["within_noise"]
-    assert worse["value"]["diff"] == pytest.approx(-2.1 * se, abs=1e-3) and worse["value"]["se"] == pytest.approx(
-        se, 1e-3
-    )
+def test_beats_needs_welchs_t_beyond_its_critical_value():
+    se = math.sqrt(2 / 3)  # std 1 and n 3 on both arms: ν = 4, t₀.₉₇₅(4) = 2.776
+    assert _cmp(_arm(10 + 2.9 * se), _arm(10))["passed"]
+    inside = _cmp(_arm(10 + 2.5 * se), _arm(10))  # beyond 2 SE (rules version 3 passed it), within Welch's t
+    assert not inside["passed"] and inside["within_noise"] and inside["value"]["decision"] == "within noise"
+    worse = _cmp(_arm(10 - 2.9 * se), _arm(10))
+    assert not worse["passed"] and not worse["within_noise"] and worse["value"]["decision"] == "loses"
+    v = worse["value"]
+    assert v["diff"] == pytest.approx(-2.9 * se, abs=1e-3) and v["se"] == pytest.approx(se, 1e-3)
+    assert v["nu"] == pytest.approx(4.0) and v["t"] == pytest.approx(-2.9, abs=1e-3)
+    assert v["ci95"] == pytest.approx([v["diff"] - 2.776445 * se, v["diff"] + 2.776445 * se], abs=1e-3)
 
 
 def test_lower_is_better_flips_the_sign():
@@ -51,9 +52,11 @@ def test_lower_is_better_flips_the_sign():
     assert not _cmp(_arm(10), _arm(5), higher=False)["passed"]
 
 
-def test_at_least_passes_on_a_tie_and_fails_beyond_two_standard_errors():
+def test_at_least_passes_on_a_tie_and_fails_beyond_welchs_critical_t():
     tie = _cmp(_arm(9.5), _arm(10), "at_least")
     assert tie["passed"] and tie["value"]["tie"]
+    se = math.sqrt(2 / 3)  # the smallest difference detectable at 80 % power: (t₀.₉₇₅(4) + t₀.₈(4)) SE
+    assert tie["value"]["detectable"] == pytest.approx((2.776445 + 0.940965) * se, abs=1e-3)
     assert not _cmp(_arm(10 - 3), _arm(10), "at_least")["passed"]
     assert not _cmp(_arm(10 - 3), _arm(10), "at_least")["within_noise"]
 
@@ -84,7 +87,7 @@ def test_all_of_passes_fails_or_is_within_noise():
 
 def test_summary_is_the_sample_statistics():
     s = summary([1.0, 2.0, 3.0])
-    assert s == {"mean": 2.0, "std": 1.0, "n": 3}
+    assert s == {"mean": 2.0, "std": 1.0, "n": 3, "values": [1.0, 2.0, 3.0]}
 
 
 # --- preconditions ---------------------------------------------------------------------------------------------
@@ -154,7 +157,7 @@ def test_empirical_verdicts(checks, preconditions, status):
 def test_the_reason_names_the_unmet_precondition_or_the_noise():
     pre = {"p": {**BAD, "claim": "the runs finished learning"}}
     verdict = derive_verdict({"a": GOOD}, "exact", pre, "empirical")
-    assert verdict == {"status": "inconclusive", "failed": [], "unmet": ["p"], "within_noise": []}
+    assert verdict == {"status": "inconclusive", "failed": [], "unmet": ["p"], "within_noise": [], "unstable": []}
     assert reason(verdict, pre) == "precondition not met: the runs finished learning"
     noise = derive_verdict({"a": NOISE}, "exact", {"p": GOOD}, "empirical")
     assert reason(noise) == "difference within noise: a"
@@ -209,7 +212,13 @@ def test_assess_marks_a_record_lacking_what_the_rules_need():
     record["metrics"]["points"] = "not a table"
     record = assess(record)
     assert record["checks"] == {"old": GOOD}
-    assert record["verdict"] == {"status": "inconclusive", "failed": [], "unmet": ["evaluated"], "within_noise": []}
+    assert record["verdict"] == {
+        "status": "inconclusive",
+        "failed": [],
+        "unmet": ["evaluated"],
+        "within_noise": [],
+        "unstable": [],
+    }
 
 
 def test_assess_refuses_a_record_with_no_checks():
@@ -221,7 +230,7 @@ def test_assess_refuses_a_record_with_no_checks():
 
 def test_rederive_updates_a_schema_2_record_and_leaves_an_edited_one_alone(tmp_path):
     from gradalign.rederive import rederive_file
-    from gradalign.results import ResultStore, record_digest
+    from gradalign.results import SCHEMA, ResultStore, record_digest
 
     from gradalign.config import config_digest
 
@@ -243,7 +252,7 @@ def test_rederive_updates_a_schema_2_record_and_leaves_an_edited_one_alone(tmp_p
     eid, before, now = rederive_file(path, store)
     assert (eid, before, now) == ("metagrad.tab1", "reproduced qualitatively at reduced scale", "inconclusive")
     stored = json.loads(path.read_text())
-    assert stored["schema"] == 3 and stored["rederived"]["from_schema"] == 2
+    assert stored["schema"] == SCHEMA and stored["rederived"]["from_schema"] == 2
     assert store.load("metagrad.tab1", "cpu", record["config_hash"], 1) is not None
     record["metrics"]["table"]["fashion_mnist_1000"]["meta_mixup"]["best_test_error"]["mean"] = 1.0  # edited
     path.write_text(json.dumps(record))

@@ -99,7 +99,7 @@ def test_store_root_follows_environment(tmp_path, monkeypatch):
 
 def test_verdict_follows_from_the_checks_and_the_scope():
     good, bad = check(True, 1, "rule", "claim"), check(False, 2, "rule", "claim")
-    none = {"unmet": [], "within_noise": []}
+    none = {"unmet": [], "within_noise": [], "unstable": []}
     assert derive_verdict({"a": good}, "exact") == {"status": "reproduced", "failed": [], **none}
     assert derive_verdict({"a": good}, "reduced")["status"] == "reproduced"  # the scale is shown beside it
     assert derive_verdict({"a": good, "b": bad}, "exact") == {"status": "not reproduced", "failed": ["b"], **none}
@@ -112,5 +112,5 @@ def test_verdict_follows_from_the_checks_and_the_scope():
         "curves": {},
         "checks": {"a": good, "b": bad},
         "scope": "reduced",
-        "verdict": {"status": "not reproduced", "failed": ["b"], "unmet": [], "within_noise": []},
+        "verdict": {"status": "not reproduced", "failed": ["b"], "unmet": [], "within_noise": [], "unstable": []},
     }

@@ -69,7 +69,13 @@ def _set(*keys, value):
 
 
 def _edit_verdict(record):
-    record["verdict"] = {"status": "not reproduced", "failed": ["radii_follow_eq14"], "unmet": [], "within_noise": []}
+    record["verdict"] = {
+        "status": "not reproduced",
+        "failed": ["radii_follow_eq14"],
+        "unmet": [],
+        "within_noise": [],
+        "unstable": [],
+    }
 
 
 DAMAGE = {  # name: (damage(path), the reason the warning must give)

@@ -185,7 +185,8 @@ def _toy(**lam) -> dict:
 
 
 def _acc(**changes) -> dict:
-    """Per variant, three seeds' probe accuracies around a mean (std 0.5: 2 SE of a difference is 0.82)."""
+    """Per variant, three seeds' probe accuracies around a mean (std 0.5: SE of a difference 0.41, ν = 4, so Welch's
+    critical difference is 2.776 × 0.41 = 1.13)."""
     means = {"L/ema": 80.0, "L/no_ema": 70.0, "iso/ema": 82.0, "iso/no_ema": 82.0}
     means.update({k.replace("_", "/", 1): v for k, v in changes.items()})
     return {k: [m - 0.5, m, m + 0.5] for k, m in means.items()}
@@ -360,7 +361,7 @@ FAILING = [
         {"table": _ssl_table((50, 100, 200), lga_vat=([28, 32, 32], [0.95] * 3)), "labels": (50, 100, 200)},
         (),
     ),
-    ("ssl_table", "lga_vat_best_first_column", {"columns": _columns(first={"lga_vat": 13.5})}, ()),
+    ("ssl_table", "lga_vat_best_first_column", {"columns": _columns(first={"lga_vat": 14.5})}, ()),
     ("ssl_table", "lga_beats_baselines_first_column", {"columns": _columns(first={"vat_entmin": 12.5})}, ()),
     ("ssl_table", "lga_beats_baselines_first_column", {"columns": _columns(first={"vat_entmin": 13.1})}, ()),  # noise
     ("ssl_table", "vat_entmin_best_second_column", {"columns": _columns(second={"vat": 4.5})}, ()),
@@ -421,7 +422,7 @@ FAILING = [
         {"gaps": {"L": 0.3, "noSG": 0.08, "ws": 0.02, "iso": 0.03}, "samples": 4000},
         (),
     ),
-    ("siamese", "fashion_mnist_iso_keeps_accuracy_without_ema", {"probe": _acc(iso_no_ema=81.0)}, ()),
+    ("siamese", "fashion_mnist_iso_keeps_accuracy_without_ema", {"probe": _acc(iso_no_ema=80.5)}, ()),
     ("siamese", "fashion_mnist_L_loses_accuracy_without_ema", {"probe": _acc(L_no_ema=79.5)}, ()),  # within noise
     ("siamese", "fashion_mnist_iso_beats_L_without_ema", {"probe": _acc(L_ema=85.0, L_no_ema=81.5)}, ()),
     (
@@ -610,19 +611,13 @@ def test_every_check_name_has_a_failing_case():
     assert "lga_step_cost" not in every  # the LGA step's cost is the lga_step benchmark's, not a check
 
 
-def test_table1s_finished_learning_reads_the_curves_of_its_columns():
-    """Table 1 keeps each column's curves (by column, then method), so its finished-learning precondition is
-    evaluated from them rather than reported as not recorded; a curve still falling fails it."""
+def test_lga_benchmarks_finished_learning_needs_its_committed_runs():
+    """Rules version 4 reads every seed's curve from the committed runs (a record keeps the first seed's); a record
+    whose runs are not committed, or whose config no longer resolves to its own, has them not recorded."""
     from gradalign.experiments.lga.validity import ssl
 
-    flat, falling = [30.0, 20.0, 15.0, 14.9, 14.9], [30.0, 25.0, 20.0, 15.0, 10.0]
     summary = {"test_error": 10.0, "test_error_std": 1.0, "seeds": 3, "labeled_error": 1.0, "imputed_moved": 0.5}
     columns = {"fashion_mnist/cifar/4000": {"supervised": summary, "lga": summary}}
-
-    def record(curve):
-        curves = {"fashion_mnist/cifar/4000": {"supervised": {"val_error": flat}, "lga": {"val_error": curve}}}
-        return {"metrics": {"columns": columns}, "curves": curves, "config": {}}
-
-    assert ssl(record(flat))["finished_learning"]["passed"] is True
-    failing = ssl(record(falling))["finished_learning"]
-    assert failing["passed"] is False and failing["value"]["still_improving"] == ["fashion_mnist/cifar/4000/lga"]
+    record = {"id": "lga.tab1", "metrics": {"columns": columns}, "curves": {}, "config": {}}
+    pre = ssl(record)
+    assert pre["finished_learning"]["value"] == "not recorded" and not pre["fits_labels"]["passed"]
