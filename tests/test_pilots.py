@@ -127,13 +127,16 @@ def test_an_elements_runs_so_far_compare_only_arms_with_every_seed(tmp_path, mon
     shown.clear()
     rerun_view("sgr.tab6", "greedy")
     interim = next(s for s in shown if "From the arms" in str(s))
-    assert "K = 16: SGR − Greedy = +2.00 ± 0.41 SE points (SGR above Greedy)" in interim
+    assert "K = 16: SGR − Greedy = +2.00 ± 0.41 SE points (SGR above Greedy, Welch's t at 5 %)" in interim
     assert "SGR's term / Greedy's = 0.30 (the precondition asks ≤ 0.5: met)" in interim
     commit("sgr", [80.0, 80.5, 81.0], 0.9)  # no gain, and the term did not fall
     shown.clear()
     rerun_view("sgr.tab6", "greedy")
     interim = next(s for s in shown if "From the arms" in str(s))
-    assert "(SGR within 2 SE of Greedy)" in interim and "= 0.90 (the precondition asks ≤ 0.5: not met)" in interim
+    assert (
+        "(SGR within noise of Greedy, Welch's t at 5 %)" in interim
+        and "= 0.90 (the precondition asks ≤ 0.5: not met)" in interim
+    )
     bp = [u for u in units if u.spec["method"]["method"] == "global_bp"]  # no SGR term at K = 1
     for unit in bp:
         history = {"epoch": [1, 2, 3, 4, 5], "test_acc": [50.0, 70.0, 80.0, 80.1, 85.0], "sgr": [None] * 5}
