@@ -39,6 +39,7 @@ LAYERS = [
         "record_text",
         "timebox",
         "store_root",
+        "dotted",
         "__init__",
     ),
     ("data",),

@@ -152,19 +152,11 @@ def _print_device_notes(exp, record: dict, device: str, loaded: bool) -> None:
 def _show_config(cfg, preset: str) -> int:
     """Every setting of the resolved config by its dotted name (what --set accepts)."""
     print(f"{type(cfg).__name__} [{preset}]")
-    for name, value in _dotted(cfg.to_dict()).items():
+    from gradalign.dotted import dotted
+
+    for name, value in dotted(cfg.to_dict()).items():
         print(f"  {name} = {json.dumps(value)}")
     return 0
-
-
-def _dotted(values: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def cmd_bench(args) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, dict | None]]:
     """(unit, committed entry or None) for every unit of the record's experiment at its preset and config, with
     `overrides` (dotted names, e.g. {"protocol.steps": 3000}) applied on top: the same runs at another budget."""
+    from gradalign.dotted import dotted
     from gradalign.errors import ConfigError
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
@@ -24,7 +25,7 @@ def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, d
         return []
     exp = get(element_id)
     cfg = None
-    for given in ({}, _flat(record["config"])):  # the preset as it stands, else the record's whole config
+    for given in ({}, dotted(record["config"])):  # the preset as it stands, else the record's whole config
         try:
             candidate = exp.resolve(record["preset"], given)
         except ConfigError:  # a field the experiment does not use at this config is refused as an override
@@ -41,14 +42,3 @@ def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, d
             return []
     folder = results_root() / "runs"
     return [(unit, read_entry(folder, unit)) for unit in units_of(element_id, cfg)]
-
-
-def _flat(config: dict, prefix: str = "") -> dict:
-    """A stored config as dotted overrides ({"protocol": {"steps": 6}} -> {"protocol.steps": 6})."""
-    out = {}
-    for key, value in config.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
