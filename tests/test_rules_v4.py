@@ -177,3 +177,41 @@ def test_lga_benchmark_reads_every_seed_and_every_run_of_every_arm():
     assert finished["value"]["runs"] == 36  # every seed's curve, not the first seed's 12
     fits = record["preconditions"]["fits_labels"]
     assert not fits["passed"] and fits["value"]["worst"] > 5.0  # the rule reads runs, not the mean of 4.53
+
+
+# --- LGA's mechanism: the alignment it optimises, against an α_w = 0 control ------------------------------------
+
+
+def test_lgas_alignment_check_passes_when_the_label_update_raises_the_alignment():
+    from gradalign.experiments.lga.validity import alignment_check
+
+    lga = {"lga/1000": [-0.08, -0.07, -0.09], "lga/4000": [-0.10, -0.11, -0.12]}
+    control = {"lga/1000": [-0.20, -0.21, -0.19], "lga/4000": [-0.25, -0.24, -0.26]}
+    out = alignment_check(lga, control)
+    assert out["passed"] and out["claim"] == "the mechanism acted"
+    assert out["value"]["lga/1000"]["decision"] == "beats"
+
+
+def test_lgas_alignment_check_fails_on_a_run_with_alpha_w_zero():
+    """An "LGA" arm that is really α_w = 0 (its w frozen) has its control's alignment: the check must fail."""
+    from gradalign.experiments.lga.validity import alignment_check
+
+    control = {"lga/1000": [-0.20, -0.21, -0.19]}
+    frozen = {"lga/1000": [-0.201, -0.209, -0.191]}
+    out = alignment_check(frozen, control)
+    assert not out["passed"] and out["value"]["lga/1000"]["decision"] == "within noise"
+
+
+def test_the_benchmarks_mechanism_is_not_recorded_until_its_control_is_trained():
+    from gradalign.assess import assess
+
+    record = assess(_stored("lga.fig5"))
+    active = record["preconditions"]["mechanism_active"]
+    assert not active["passed"] and active["value"]["control"] == "lga.alpha_w = 0"
+
+
+def test_the_control_setting_is_accepted():
+    from gradalign.experiments import get
+    from gradalign.experiments.lga.validity import CONTROL
+
+    assert get("lga.fig5").resolve("cpu", CONTROL).lga.alpha_w == 0.0

@@ -23,7 +23,7 @@ class LGABenchmarkSettings(Settings):
 
     def validate(self) -> None:
         require(self, "lr", self.lr > 0, "must be > 0")
-        require(self, "alpha_w", self.alpha_w > 0, "must be > 0")
+        require(self, "alpha_w", self.alpha_w >= 0, "must be >= 0 (0: w frozen, the control of the mechanism check)")
         require(self, "eps_norm", self.eps_norm >= 0, "must be >= 0")
 
 
