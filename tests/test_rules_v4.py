@@ -215,3 +215,14 @@ def test_the_control_setting_is_accepted():
     from gradalign.experiments.lga.validity import CONTROL
 
     assert get("lga.fig5").resolve("cpu", CONTROL).lga.alpha_w == 0.0
+
+
+def test_a_gpu_window_trains_the_control_runs_and_assembles_no_record_from_them():
+    from gradalign import pilots
+    from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
+    from gradalign.gpu_window import BACKLOG
+
+    for element_id in CONTROLLED:
+        assert (element_id, "cpu", CONTROL) in BACKLOG
+        assert pilots.runs_only(element_id, "cpu", CONTROL) and "α_w = 0" in pilots.purpose(element_id, "cpu", CONTROL)
+    assert not pilots.runs_only("lga.fig7", "cpu", {})

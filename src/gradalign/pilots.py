@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from gradalign.experiments.lga.ssl_benchmark import CPU as LGA_SSL_CPU
+from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.experiments.sgr.local_runs import CALIBRATED
 from gradalign.experiments.rules import run_finished
 
@@ -123,11 +124,9 @@ PILOTS = {
 
 
 RERUNS: dict[str, dict] = {
-    # Table 7 at 4 × its cpu budget (sgr.lam7's λ, 10², mean; 30 epochs, 27 runs). Its check (VGG-12 at 15 epochs):
-    # every arm gained about 3 points, so 60. Then VGG-12 at 60 (trained here 2026-11-27) against 30: global BP
-    # +0.55, layer-wise +1.08, at most 21 of 27 (78 %) finished. So 120, checked by the 60-epoch runs (VGG-12's and
-    # global BP's VGG-57 committed); about 4 × the 30-epoch runs' 8.5 h of one thread, last in `QUEUE`: VGG-12 at
-    # 120 (trained here) still gained over 60 (global BP +1.12, layer-wise +0.78): each doubling adds ≥ 0.5 there
+    # Table 7 at 4 × its cpu budget (sgr.lam7's λ, 10², mean; 30 epochs). VGG-12 gained ~3 points from 15 to 30
+    # epochs, +0.55 (global BP) and +1.08 (layer-wise) from 30 to 60, +1.12 and +0.78 from 60 to 120 (trained here
+    # 2026-11-27): each doubling adds ≥ 0.5 there. Checked by the 60-epoch runs; last in `QUEUE`
     "sgr.tab7": {"protocol.epochs": 120},
     # Table 3 at twice its cpu budget: by its budget check (the runs at 30 epochs, trained here 2026-11-27) no arm had
     # finished learning at 60 epochs: from 30 to 60 every arm gained 1.7 to 3.5 points (SGR 2.13 ± 0.77 on ResNet-32,
@@ -181,23 +180,25 @@ def is_budget_check(element_id: str, preset: str, overrides: dict) -> bool:
 
 
 def runs_only(element_id: str, preset: str, overrides: dict) -> bool:
-    """Whether a backlog item's runs are trained and committed with no record assembled from them: a pilot's or a
-    budget check's."""
-    return is_pilot(element_id, preset, overrides) or is_budget_check(element_id, preset, overrides)
+    """Whether a backlog item's runs are trained and committed with no record assembled from them: a pilot's, a
+    budget check's or a mechanism control's (`experiments.lga.validity.CONTROL`)."""
+    control = preset == "cpu" and element_id in CONTROLLED and overrides == CONTROL
+    return control or is_pilot(element_id, preset, overrides) or is_budget_check(element_id, preset, overrides)
 
 
 def purpose(element_id: str, preset: str, overrides: dict) -> str:
     """What a backlog item (`gpu_window.BACKLOG`) trains, in words."""
     if preset != "cpu":
         return f"{preset} preset"
-    if is_budget_check(element_id, preset, overrides):
-        return "budget check: its runs at half the epochs"
-    if is_pilot(element_id, preset, overrides):
-        return "pilot over the CPU budget"
-    if element_id in RUNS_LOST:
-        return "cpu runs lost with a machine's cache"
-    if element_id in RERUNS:
-        return "rerun at the scale its pilots chose"
+    for applies, what in (
+        (is_budget_check(element_id, preset, overrides), "budget check: its runs at half the epochs"),
+        (is_pilot(element_id, preset, overrides), "pilot over the CPU budget"),
+        (overrides == CONTROL, "mechanism control: the LGA runs with α_w = 0"),
+        (element_id in RUNS_LOST, "cpu runs lost with a machine's cache"),
+        (element_id in RERUNS, "rerun at the scale its pilots chose"),
+    ):
+        if applies:
+            return what
     return "cpu design over the CPU budget" if element_id in OVER_CPU_BUDGET else "cpu preset"
 
 
@@ -212,9 +213,8 @@ QUEUE: tuple[tuple[str, str], ...] = (
     ("sgr.tab7", "rerun"),
     ("sgr.tab7", "budget check"),
 )
-"""The order a GPU window trains them, a rerun before the check that reads it. Table 6's check (3 arms unfinished at
-60 epochs: it only tells which finished) after Table 3's; Table 7's last: its VGG-12 arms still gain at 120 epochs
-(`RERUNS`), so it cannot decide; it shows how the deeper arms end, behind runs that still can."""
+"""The order a GPU window trains them, a rerun before the check that reads it: Table 6's check after Table 3's;
+Table 7's last (its VGG-12 arms still gain at 120 epochs, `RERUNS`: it shows how the deeper arms end)."""
 
 
 def queued() -> tuple[tuple[str, str, dict], ...]:

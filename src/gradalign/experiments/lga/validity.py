@@ -45,6 +45,7 @@ def _diagnostic(rows: dict[str, dict], name: str) -> dict[str, float | None]:
 
 METHOD_ARMS = ("lga", "lga_vat")  # the method's arms; every other method is a baseline of LGA's claims
 CONTROL = {"lga.alpha_w": 0.0}  # the mechanism's control: the same runs (settings, seeds) with w frozen at its start
+CONTROLLED = ("lga.fig7", "lga.tab1")  # whose control runs a GPU window trains (Figures 5 and 6 read Figure 7's)
 
 
 def alignment_check(lga: dict[str, list[float]], control: dict[str, list[float]]) -> dict:
