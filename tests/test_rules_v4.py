@@ -226,3 +226,35 @@ def test_a_gpu_window_trains_the_control_runs_and_assembles_no_record_from_them(
         assert (element_id, "cpu", CONTROL) in BACKLOG
         assert pilots.runs_only(element_id, "cpu", CONTROL) and "α_w = 0" in pilots.purpose(element_id, "cpu", CONTROL)
     assert not pilots.runs_only("lga.fig7", "cpu", {})
+
+
+# --- what a verdict can speak for: substitutes, our reading, independent run sets ---------------------------------
+
+
+def test_a_claim_about_cifar10_run_on_fashion_mnist_is_tested_on_a_substitute():
+    from gradalign.experiments.claim_scope import counted, on_substitute
+
+    fig5 = {"id": "lga.fig5", "config": {"dataset": "fashion_mnist"}}
+    assert on_substitute(fig5) == "CIFAR-10" and not counted(fig5, "lga.fig5")
+    on_paper_data = {"id": "lga.fig5", "config": {"dataset": "cifar10"}}
+    assert on_substitute(on_paper_data) is None and counted(on_paper_data, "lga.fig5")
+    table = {"id": "lga.tab1", "config": {"columns": [["fashion_mnist", "svhn", 1000, 2000]]}}
+    assert on_substitute(table) == "CIFAR-10 and SVHN"  # a family named svhn is a setting, not the data
+    assert on_substitute({"id": "lga.fig7", "config": {"dataset": "fashion_mnist"}}) is None  # the paper's own data
+    assert not counted(None, "sgr.fig4")  # our reading of a figure the text makes no claim about
+
+
+def test_elements_that_share_runs_are_one_independent_run_set():
+    from gradalign.experiments.claim_scope import run_sets
+
+    records = {e: _stored(e) for e in ("lga.fig5", "lga.fig7", "sgr.tab3", "sgr.tab6", "sgr.tab7")}
+    sets = run_sets(records)
+    assert ["lga.fig5", "lga.fig7"] in sets and ["sgr.tab3", "sgr.tab6"] in sets and ["sgr.tab7"] in sets
+    assert len(sets) == 3
+
+
+def test_an_and_verdict_shows_how_many_of_its_claims_passed():
+    from gradalign.report import verdict_text
+
+    text = verdict_text(_stored("sgr.fig3"))
+    assert "not reproduced" in text and "3 of 4 claims passed" in text

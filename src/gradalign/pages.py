@@ -20,6 +20,7 @@ from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.units import UNITS
 from gradalign.experiments.validity import evidence_of
 from gradalign.papers import PAPERS
+from gradalign.experiments.claim_scope import OUR_READING, counted
 from gradalign.report import (
     NOT_BUILT,
     SUMMARY_ORDER,
@@ -53,6 +54,13 @@ def _verdicts(preset: str, store: ResultStore) -> tuple[dict, dict]:
     return records, {eid: element_verdict(eid, records[eid]) for eid in ELEMENTS}
 
 
+def _apart(element_id: str, record: dict | None) -> str:
+    """ " (tested on a substitute)" or " (our reading)" for an element the tallies count apart, else ""."""
+    if element_id in OUR_READING:
+        return " (our reading)"
+    return "" if counted(record, element_id) else " (tested on a substitute)"
+
+
 def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
     """Which parts are built, the four papers cited, and every element grouped by verdict, linked to its page."""
     records, verdicts = _verdicts(preset, store)
@@ -67,9 +75,9 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
         intro = part_page(part)
         name = f"[{title.split(' (')[0]}]({base}{intro})" if intro else title.split(" (")[0]
         state = f"{paged} of {len(ids)}" + ("" if built else " (not built yet)")
-        counts = split_counts({e: verdicts[e] for e in ids})
+        counts = split_counts({e: verdicts[e] for e in ids}, records)
         lines.append(f"| {name} | {state} | {counts['analytic']} | {counts['empirical']} |")
-    counts = split_counts(verdicts)
+    counts = split_counts(verdicts, records)
     studies = [e for e in ELEMENTS if e not in PAPER_ELEMENTS]
     lines += [
         "",
@@ -95,7 +103,7 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
         for evidence in ("analytic", "empirical"):
             group = [e for e in ids if evidence_of(e) == evidence]
             if group:
-                links = ", ".join(page_link(e, base) for e in group)
+                links = ", ".join(page_link(e, base) + _apart(e, records[e]) for e in group)
                 lines.append(f"- **{status}**, {evidence} ({len(group)}): {links}")
     stale = [e for e, r in records.items() if r is not None and stale_text(r, short=True) != "current"]
     if stale:

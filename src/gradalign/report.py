@@ -12,6 +12,7 @@ from gradalign.comparison import paper_vs_ours
 from gradalign.config import PRESET_ORDER_FOR_BOOK
 from gradalign.elements import ELEMENTS, PAPER_ELEMENTS, PARTS, is_study
 from gradalign.experiments import EXPERIMENTS
+from gradalign.experiments.claim_scope import OUR_READING, counted, on_substitute, run_sets
 from gradalign.experiments.validity import evidence_of
 from gradalign.record_text import duration, seeds_text, time_text, where_computed
 from gradalign.results import ResultStore
@@ -202,8 +203,18 @@ def with_scale(status: str, scale: str, why: str = "") -> str:
 
 
 def verdict_text(record: dict) -> str:
-    """The record's verdict with its reason and its scale."""
-    return with_scale(record["verdict"]["status"], scale_of(record), reason(record["verdict"], record["preconditions"]))
+    """The record's verdict with its reason, its parts and its scale, and what it can speak for
+    (`experiments.claim_scope`): a substitute data set, or claims that are our reading."""
+    why = reason(record["verdict"], record["preconditions"])
+    checks = record["checks"]
+    if record["verdict"]["status"] == "not reproduced" and len(checks) > 1:  # an AND-verdict shows its parts
+        why += f"; {sum(c['passed'] for c in checks.values())} of {len(checks)} claims passed"
+    substitute = on_substitute(record)
+    if substitute:
+        why += f"; tested on a substitute (Fashion-MNIST for {substitute}): not counted as evidence on {substitute}"
+    if record["id"] in OUR_READING:
+        why += f"; our reading, not counted: {OUR_READING[record['id']]}"
+    return with_scale(record["verdict"]["status"], scale_of(record), why.lstrip("; "))
 
 
 def verdict_rows(records: list[dict], base: str = "") -> str:
@@ -229,12 +240,28 @@ def summary_counts(verdicts: dict[str, str]) -> str:
     return " · ".join(f"**{n}** {s}" for s, n in counts.items() if n)
 
 
-def split_counts(verdicts: dict[str, str]) -> dict[str, str]:
-    """`summary_counts` over the analytic and over the empirical elements, apart."""
+def split_counts(verdicts: dict[str, str], records: dict[str, dict | None] | None = None) -> dict[str, str]:
+    """`summary_counts` over the analytic and over the empirical elements, apart. With the `records`, the elements
+    tested on a substitute and those whose claims are our reading are counted apart (`claim_scope.counted`), and
+    the empirical elements' independent run sets are counted too (`claim_scope.run_sets`)."""
+    records = records or {}
     out = {}
     for evidence in ("analytic", "empirical"):
         part = {e: v for e, v in verdicts.items() if evidence_of(e) == evidence and not is_study(e)}
-        out[evidence] = (summary_counts(part) or "none") + f" (of {len(part)})"
+        kept = {e: v for e, v in part.items() if counted(records.get(e), e)}
+        text = summary_counts(kept) or "none"
+        apart = [e for e in part if e not in kept]
+        substitutes = [e for e in apart if e not in OUR_READING]
+        if substitutes:
+            text += f" · **{len(substitutes)}** tested on a substitute ({', '.join(substitutes)})"
+        if len(apart) > len(substitutes):
+            text += f" · **{len(apart) - len(substitutes)}** our reading, not counted"
+        text += f" (of {len(part)})"
+        with_runs = {e: records[e] for e in part if records.get(e) is not None}
+        if evidence == "empirical" and with_runs:
+            n = len(run_sets(with_runs))
+            text += f"; **{n}** independent run set{'' if n == 1 else 's'} among them"
+        out[evidence] = text
     return out
 
 
@@ -256,7 +283,8 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
         "record is named beside its verdict. *Code* says whether the library code that computed the record has "
         "changed since.",
         "",
-        f"**Analytic:** {split_counts(verdicts)['analytic']}. **Empirical:** {split_counts(verdicts)['empirical']}. "
+        f"**Analytic:** {split_counts(verdicts, records)['analytic']}. "
+        f"**Empirical:** {split_counts(verdicts, records)['empirical']}. "
         f"Of {len(PAPER_ELEMENTS)} elements of the papers"
         + (
             f"; our own studies ({', '.join(f'`{e}`' for e in ELEMENTS if is_study(e))}) are listed, not counted."
@@ -268,7 +296,7 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
     details = []
     for part, title in PARTS.items():
         ids = [e.id for e in ELEMENTS.values() if e.part == part]
-        counts = split_counts({i: verdicts[i] for i in ids})
+        counts = split_counts({i: verdicts[i] for i in ids}, records)
         out += [
             f"## {title}",
             "",
