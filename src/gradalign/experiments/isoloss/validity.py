@@ -7,9 +7,9 @@ participation ratio (PR = (Σλ)² / Σλ², the effective number of used dimens
 the EMA target. There is no supervised baseline to fit labels or to compare with a reference: the comparison is
 between two self-supervised losses, each read out by the same linear probe.
 
-Figure 3 (the ReLU toy network): one deterministic simulation per loss, as in the paper; the precondition is that
-the converging dynamics settled: every eigenvalue of L and L_iso changed by less than `SETTLED` (relative) over the
-last 20 % of the horizon.
+Figure 3 (the ReLU toy network): one deterministic simulation per loss and initialisation, at least 3
+initialisations (`toy_seeds`); the other precondition is that the converging dynamics settled: every eigenvalue
+of L and L_iso changed by less than `SETTLED` (relative) over the last 20 % of the horizon.
 """
 
 from __future__ import annotations
@@ -73,6 +73,13 @@ def tab1_claims(record: dict) -> dict:
 
 
 def fig3(record: dict) -> dict:
+    """The dynamics settled (the first seed's curves, which the page shows), and at least 3 initialisations
+    (`toy_seeds`: each check passes only in every one)."""
+    seeds = enough_seeds({"initialisations": len(record["metrics"].get("seeds", [record["config"]["seed"]]))})
+    return {"enough_seeds": seeds, **_settled(record)}
+
+
+def _settled(record: dict) -> dict:
     c = record["curves"]
     tail = max(1, round(LAST_SHARE * (len(c["step"]) - 1)))
     changes = {}
@@ -90,11 +97,6 @@ def fig3(record: dict) -> dict:
     }
 
 
-def fig3_claims(record: dict) -> dict:
-    from gradalign.experiments.isoloss.toy import relu_checks
-
-    cfg = record["config"]
-    return relu_checks(record["curves"], record["metrics"], cfg["cap"], cfg["sigma"])
-
-
-VALIDITY = {"isoloss.tab1": (tab1, tab1_claims), "isoloss.fig3": (fig3, fig3_claims)}
+VALIDITY = {"isoloss.tab1": (tab1, tab1_claims), "isoloss.fig3": (fig3, None)}
+"""Figure 3's claims are the experiment's own checks, each over every initialisation (`toy_seeds`); they use no
+comparison of means, so no rule of this module changes them."""
