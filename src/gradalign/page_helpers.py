@@ -315,3 +315,16 @@ def table2_projection() -> dict | None:
         "hours": projected_hours(ratio, seconds, cfg.seeds),
         "runs": len(cfg.columns) * 2 * cfg.seeds,
     }
+
+
+def per_seed_table(record: dict):
+    """A DataFrame of each check's result in each initialisation (`toy_seeds`: a check passes only in every one),
+    ✔ or ✘; None when the record's checks keep no per-seed results."""
+    import pandas as pd
+
+    rows = {
+        name: {seed: "✔" if r["passed"] else "✘" for seed, r in c["per_seed"].items()}
+        for name, c in record["checks"].items()
+        if "per_seed" in c
+    }
+    return pd.DataFrame(rows).T if rows else None
