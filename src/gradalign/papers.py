@@ -14,7 +14,7 @@ PAPERS = {
         "url": "https://arxiv.org/abs/1902.02336",
     },
     "metagrad": {
-        "cite": "Zhang, X.-Y., Xiao, T., Jia, H., Cheng, M.-M. & Yang, M.-H. (2020). Semi-Supervised Learning "
+        "cite": "Zhang, X.-Y., Jia, H.-L., Xiao, T., Cheng, M.-M. & Yang, M.-H. (2020). Semi-Supervised Learning "
         "with Meta-Gradient. arXiv:2007.03966; AISTATS 2021, PMLR 130:73-81",
         "url": "https://arxiv.org/abs/2007.03966",
     },
