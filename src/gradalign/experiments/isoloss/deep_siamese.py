@@ -264,7 +264,8 @@ def table1_scale(record: dict) -> str:
 
 TAB1_CHOICES = {
     "projector": "one hidden layer; 4096 -> 256 as in the authors' later code (paper); 512 -> 64 at cpu and gpu",
-    "optimiser": "SGD momentum 0.9, lr 0.1 at batch 256, weight decay 1e-5, warm-up + cosine (authors' configs)",
+    "optimiser": "SGD momentum 0.9, lr 0.1 at batch 256, weight decay 1e-5, warm-up + cosine, for every arm (our "
+    "choice: the authors' configs without EMA; their EMA configs use LARS at lr 1.0)",
     "losses": "cosine forms (the authors' public code): 2 - 2 cos(W_P z1, SG(z2)) and its IsoLoss",
     "accuracy": "linear probe (L-BFGS on frozen, standardised features) on the test split; "
     "the online readout is also reported",
