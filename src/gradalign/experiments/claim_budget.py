@@ -88,16 +88,61 @@ def stabilise(full: dict[str, dict], half: dict[str, dict], budgets: tuple[str, 
     return out
 
 
-def replaces_finished_learning(arms: int, budgets: tuple[str, str], gains: dict) -> dict:
+def replaces_finished_learning(checked: int, budgets: tuple[str, str], gains: dict) -> dict:
     """The finished-learning precondition where every arm has its runs at half the budget: replaced by the
-    claim-level check, which every claim carries (`stabilise`); `gains` (arm -> mean gain from B/2 to B) is shown."""
+    claim-level check, which every claim carries (`stabilise`); `checked` counts the arms (or runs) at half the
+    budget, and `gains` (arm -> mean gain from B/2 to B) is shown where known."""
     from gradalign.experiments.base import check
 
     return check(
         True,
-        {"arms_checked": arms, "gain_from_half": gains},
+        {"arms_checked": checked, "gain_from_half": gains},
         f"every arm has every seed at {budgets[1]} as well as at {budgets[0]}: each claim is decided only where its "
         f"decision is the same at both budgets and its difference moved by less than max({MIN_CHANGE:g}, 2 SE) "
         "(claim-level budget stability; the arms may still gain)",
         "the claims are stable under halving the budget (checked claim by claim)",
     )
+
+
+def half_overrides(config: dict) -> dict | None:
+    """The overrides that halve a record's budget with the whole schedule compressed into it (every schedule here is
+    a fraction of the run, or a cosine over it): `protocol.epochs`, `protocol.steps`, or Table 1's per-data-set
+    `epochs`; None for an element with no budget to halve."""
+    protocol = config.get("protocol") if isinstance(config.get("protocol"), dict) else {}
+    for name in ("epochs", "steps"):
+        if isinstance(protocol.get(name), int) and protocol[name] > 1:
+            return {f"protocol.{name}": protocol[name] // 2}
+    epochs = config.get("epochs")
+    if isinstance(epochs, list) and epochs and all(isinstance(e, int) and e > 1 for e in epochs):
+        return {"epochs": [e // 2 for e in epochs]}
+    return None
+
+
+def _budget_name(overrides: dict, config: dict) -> tuple[str, str]:
+    ((name, half),) = overrides.items()
+    unit = "steps" if name.endswith("steps") else "epochs"
+    full = config["protocol"][name.split(".")[-1]] if name.startswith("protocol.") else config["epochs"]
+    words = (lambda v: f"{', '.join(map(str, v))} {unit}") if isinstance(half, list) else (lambda v: f"{v:,} {unit}")
+    return words(full), words(half)
+
+
+def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
+    """The record's experiment at half its budget (`half_overrides`), assembled from its committed runs and never
+    trained: a record-shaped dict (config, metrics, curves, checks), the two budgets' names and how many runs it
+    read; None unless every run of it is committed (`committed.entries`)."""
+    from gradalign.experiments import get
+    from gradalign.experiments.committed import entries, resolved
+    from gradalign.run_unit import committed_runs
+    from gradalign.store_root import results_root
+
+    overrides = half_overrides(record.get("config", {}))
+    if overrides is None:
+        return None
+    found = entries(record, overrides)
+    if not found or any(entry is None for _, entry in found):
+        return None
+    cfg = resolved(record, overrides)
+    with committed_runs(results_root() / "runs", write=False):
+        out = get(record["id"]).run(cfg, "cpu")  # every unit is committed: it reads them, it trains nothing
+    half = {**record, "config": cfg.to_dict(), "metrics": out["metrics"], "curves": out["curves"]}
+    return {**half, "checks": out["checks"]}, _budget_name(overrides, record["config"]), len(found)

@@ -10,35 +10,42 @@ element without units, gives [] (the precondition then says what is not recorded
 from __future__ import annotations
 
 
-def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, dict | None]]:
-    """(unit, committed entry or None) for every unit of the record's experiment at its preset and config, with
-    `overrides` (dotted names, e.g. {"protocol.steps": 3000}) applied on top: the same runs at another budget."""
+def resolved(record: dict, overrides: dict | None = None):
+    """The config of a stored record's experiment at its preset (the one whose digest is the record's), with
+    `overrides` (dotted names, e.g. {"protocol.steps": 3000}) applied on top; None when no config resolves to the
+    record's own, or the overrides are refused."""
     from gradalign.dotted import dotted
     from gradalign.errors import ConfigError
     from gradalign.experiments import get
+
+    if "preset" not in record or "config" not in record:
+        return None
+    exp = get(record["id"])
+    for given in ({}, dotted(record["config"])):  # the preset as it stands, else the record's whole config
+        try:
+            cfg = exp.resolve(record["preset"], given)
+        except ConfigError:  # a field the experiment does not use at this config is refused as an override
+            continue
+        if cfg.digest(exp.version) == record.get("config_hash"):
+            try:
+                return exp.resolve(record["preset"], {**given, **overrides}) if overrides else cfg
+            except ConfigError:
+                return None
+    return None
+
+
+def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, dict | None]]:
+    """(unit, committed entry or None) for every unit of the record's experiment at its preset and config, with
+    `overrides` applied on top (`resolved`): the same runs at another budget, say. [] for an element without units
+    or a config that does not resolve."""
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.run_unit import read_entry
     from gradalign.store_root import results_root
 
-    element_id = record.get("id")
-    if element_id not in UNITS or "preset" not in record or "config" not in record:
+    if record.get("id") not in UNITS:
         return []
-    exp = get(element_id)
-    cfg = None
-    for given in ({}, dotted(record["config"])):  # the preset as it stands, else the record's whole config
-        try:
-            candidate = exp.resolve(record["preset"], given)
-        except ConfigError:  # a field the experiment does not use at this config is refused as an override
-            continue
-        if candidate.digest(exp.version) == record.get("config_hash"):
-            cfg, base = candidate, given
-            break
+    cfg = resolved(record, overrides)
     if cfg is None:
         return []
-    if overrides:
-        try:
-            cfg = exp.resolve(record["preset"], {**base, **overrides})
-        except ConfigError:
-            return []
     folder = results_root() / "runs"
-    return [(unit, read_entry(folder, unit)) for unit in units_of(element_id, cfg)]
+    return [(unit, read_entry(folder, unit)) for unit in units_of(record["id"], cfg)]
