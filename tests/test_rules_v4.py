@@ -258,3 +258,56 @@ def test_an_and_verdict_shows_how_many_of_its_claims_passed():
 
     text = verdict_text(_stored("sgr.fig3"))
     assert "not reproduced" in text and "3 of 4 claims passed" in text
+
+
+TINY_META = {  # metagrad.tab4 at the cpu preset (whose runs are committed), shrunk to seconds
+    "columns": [["fashion_mnist", 100]],
+    "width": 0.0625,
+    "n_unlabeled": 200,
+    "n_validation": 100,
+    "n_test": 100,
+    "seeds": 3,
+    "tsne_points": 20,
+    "protocol.steps": 8,
+    "protocol.batch_labeled": 16,
+    "protocol.batch_unlabeled": 16,
+    "protocol.eval_every": 2,
+}
+
+
+def test_any_unit_based_element_is_decided_at_both_budgets_once_its_half_budget_runs_are_committed(
+    tmp_path, monkeypatch
+):
+    from gradalign import runner
+    from gradalign.assess import assess
+    from gradalign.experiments import get
+    from gradalign.experiments.claim_budget import at_half_budget, half_overrides
+    from gradalign.experiments.units import units_of
+    from gradalign.results import ResultStore
+    from gradalign.run_unit import committed_runs
+
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
+    record = runner.run("metagrad.tab4", "cpu", TINY_META, store=ResultStore(tmp_path / "results"), device="cpu")
+    assert half_overrides(record["config"]) == {"protocol.steps": 4}
+    assert at_half_budget(record) is None  # no run at half the budget yet: the per-run rule stands
+    assert not any("budget" in c for c in record["checks"].values())
+    half_cfg = get("metagrad.tab4").resolve("cpu", {**TINY_META, "protocol.steps": 4})
+    with committed_runs(tmp_path / "results" / "runs", write=True):
+        for unit in units_of("metagrad.tab4", half_cfg):
+            unit.run()
+    half, budgets, runs = at_half_budget(record)
+    assert budgets == ("8 steps", "4 steps") and runs == len(units_of("metagrad.tab4", half_cfg))
+    assessed = assess(record)
+    assert all("budget" in c for c in assessed["checks"].values())
+    finished = assessed["preconditions"]["finished_learning"]
+    assert finished["passed"] and "claim by claim" in finished["claim"]
+
+
+def test_half_overrides_halve_steps_epochs_or_per_dataset_epochs():
+    from gradalign.experiments.claim_budget import half_overrides
+
+    assert half_overrides({"protocol": {"epochs": 60}}) == {"protocol.epochs": 30}
+    assert half_overrides({"protocol": {"steps": 6000}}) == {"protocol.steps": 3000}
+    assert half_overrides({"epochs": [16, 8]}) == {"epochs": [8, 4]}
+    assert half_overrides({"protocol": {"epochs": 1}}) is None and half_overrides({"steps": 300}) is None

@@ -21,7 +21,14 @@ def resolved(record: dict, overrides: dict | None = None):
     if "preset" not in record or "config" not in record:
         return None
     exp = get(record["id"])
-    for given in ({}, dotted(record["config"])):  # the preset as it stands, else the record's whole config
+    try:
+        unused = exp.unused(exp.resolve(record["preset"], {})) if exp.unused else {}
+    except ConfigError:
+        return None
+    whole = {  # the record's config as overrides, less the fields the experiment refuses to be given
+        k: v for k, v in dotted(record["config"]).items() if not any(k == n or k.startswith(n + ".") for n in unused)
+    }
+    for given in ({}, whole):  # the preset as it stands, else the record's whole config
         try:
             cfg = exp.resolve(record["preset"], given)
         except ConfigError:  # a field the experiment does not use at this config is refused as an override
