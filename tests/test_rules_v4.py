@@ -311,3 +311,16 @@ def test_half_overrides_halve_steps_epochs_or_per_dataset_epochs():
     assert half_overrides({"protocol": {"steps": 6000}}) == {"protocol.steps": 3000}
     assert half_overrides({"epochs": [16, 8]}) == {"epochs": [8, 4]}
     assert half_overrides({"protocol": {"epochs": 1}}) is None and half_overrides({"steps": 300}) is None
+
+
+def test_a_gpu_window_trains_the_half_budget_runs_as_runs_only():
+    from gradalign import pilots
+    from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item, is_half_budget
+    from gradalign.gpu_window import BACKLOG
+
+    assert half_budget_item("lga.fig7") == ("lga.fig7", "cpu", {"protocol.steps": 3000})
+    assert half_budget_item("isoloss.tab1") == ("isoloss.tab1", "cpu", {"epochs": [8]})
+    for element_id in HALF_BUDGET_QUEUE:
+        item = half_budget_item(element_id)
+        assert item in BACKLOG and pilots.runs_only(*item) and "half" in pilots.purpose(*item)
+    assert not is_half_budget("lga.fig7", "cpu", {"protocol.steps": 2000})

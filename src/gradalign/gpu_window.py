@@ -37,6 +37,7 @@ from typing import Callable
 
 from gradalign.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
+from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued, runs_only
 from gradalign.window_pool import unit_row
@@ -46,6 +47,7 @@ from gradalign.window_carry import CARRY_FILES
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
     + tuple((element_id, "cpu", CONTROL) for element_id in CONTROLLED)
+    + tuple(half_budget_item(element_id) for element_id in HALF_BUDGET_QUEUE)
     + queued()
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
     + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
@@ -67,7 +69,8 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
 )
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
 machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then LGA's mechanism controls (α_w = 0,
-`experiments.lga.validity.CONTROL`: about 2.5 min each there), then the reruns of the `cpu` scales
+`experiments.lga.validity.CONTROL`: about 2.5 min each there), then the other elements' runs at half their
+budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales
 that the pilots chose (`pilots.RERUNS`) and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in
 `pilots.QUEUE`'s order, then
 the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),

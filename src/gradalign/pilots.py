@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from gradalign.experiments.lga.ssl_benchmark import CPU as LGA_SSL_CPU
+from gradalign.experiments.claim_budget import is_half_budget
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.experiments.sgr.local_runs import CALIBRATED
 from gradalign.experiments.rules import run_finished
@@ -143,9 +144,7 @@ epochs; `ssl_runs.CPU_FITS`)."""
 
 ON_GPU: tuple[str, ...] = ("sgr.tab7",)
 """Pilots over the two-core budget: a GPU window trains their runs (`gpu_window.BACKLOG`); `main` trains them here
-only when asked to (`--anyway`). Table 7's: 3.8 hours of one thread for global BP and SGR alone, as estimated before
-it ran; its λ = 10² runs, later trained here at 30 epochs, took 2 to 10 min (global BP), 4 to 15 (layer-wise) and 11
-to 13 (SGR, VGG-12) per run."""
+only when asked to (`--anyway`). Table 7's λ = 10² runs at 30 epochs took 2 to 15 min each on one thread here."""
 
 
 def is_pilot(element_id: str, preset: str, overrides: dict) -> bool:
@@ -181,9 +180,10 @@ def is_budget_check(element_id: str, preset: str, overrides: dict) -> bool:
 
 def runs_only(element_id: str, preset: str, overrides: dict) -> bool:
     """Whether a backlog item's runs are trained and committed with no record assembled from them: a pilot's, a
-    budget check's or a mechanism control's (`experiments.lga.validity.CONTROL`)."""
+    budget check's (`claim_budget.is_half_budget` too) or a mechanism control's (`lga.validity.CONTROL`)."""
+    item = (element_id, preset, overrides)
     control = preset == "cpu" and element_id in CONTROLLED and overrides == CONTROL
-    return control or is_pilot(element_id, preset, overrides) or is_budget_check(element_id, preset, overrides)
+    return control or is_half_budget(*item) or is_pilot(*item) or is_budget_check(*item)
 
 
 def purpose(element_id: str, preset: str, overrides: dict) -> str:
@@ -192,6 +192,7 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
         return f"{preset} preset"
     for applies, what in (
         (is_budget_check(element_id, preset, overrides), "budget check: its runs at half the epochs"),
+        (is_half_budget(element_id, preset, overrides), "budget check: its runs at half the steps or epochs"),
         (is_pilot(element_id, preset, overrides), "pilot over the CPU budget"),
         (overrides == CONTROL, "mechanism control: the LGA runs with α_w = 0"),
         (element_id in RUNS_LOST, "cpu runs lost with a machine's cache"),
@@ -203,8 +204,7 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
 
 
 BUDGET_CHECKS: tuple[str, ...] = ("sgr.tab7", "sgr.tab6", "sgr.tab3")
-"""Elements whose finished-learning precondition reads their runs at half the epochs (`experiments.sgr.budget`):
-a GPU window commits these runs and assembles no record from them."""
+"""Tables read at half their epochs (`sgr.budget`, `sgr.validity`): a window commits these runs, no record."""
 
 QUEUE: tuple[tuple[str, str], ...] = (
     ("sgr.tab3", "rerun"),

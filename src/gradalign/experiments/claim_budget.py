@@ -146,3 +146,24 @@ def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
         out = get(record["id"]).run(cfg, "cpu")  # every unit is committed: it reads them, it trains nothing
     half = {**record, "config": cfg.to_dict(), "metrics": out["metrics"], "curves": out["curves"]}
     return {**half, "checks": out["checks"]}, _budget_name(overrides, record["config"]), len(found)
+
+
+HALF_BUDGET_QUEUE = ("lga.fig7", "lga.tab1", "metagrad.tab4", "metagrad.tab1", "metagrad.fig2", "isoloss.tab1")
+"""Elements whose runs at half their `cpu` budget a GPU window trains (runs only: `at_half_budget` reads them), so
+that their claims are decided at both budgets; Figures 5 and 6 of LGA read Figure 7's runs, metagrad's Figure 3
+Table 1's. Tables 3, 6 and 7's are `pilots.BUDGET_CHECKS`."""
+
+
+def half_budget_item(element_id: str) -> tuple[str, str, dict]:
+    """The backlog item (element, "cpu", overrides) of an element's runs at half its `cpu` budget."""
+    from gradalign.experiments import get
+
+    overrides = half_overrides(get(element_id).resolve("cpu", {}).to_dict())
+    if overrides is None:
+        raise ValueError(f"{element_id} has no budget to halve")
+    return element_id, "cpu", overrides
+
+
+def is_half_budget(element_id: str, preset: str, overrides: dict) -> bool:
+    """Whether a backlog item is an element's runs at half its `cpu` budget (`HALF_BUDGET_QUEUE`)."""
+    return element_id in HALF_BUDGET_QUEUE and (element_id, preset, overrides) == half_budget_item(element_id)
