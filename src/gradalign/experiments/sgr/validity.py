@@ -313,3 +313,25 @@ def mechanism_summary(record: dict) -> tuple[str, dict]:
     if not rows and value not in (None, "not recorded"):
         text += f" Measured: {value}."
     return text, rows
+
+
+def pilot_accuracy(pilot: dict, record: dict) -> str:
+    """What the record's λ did to accuracy in the λ pilot (`sgr.lam`, `sgr.lam7`: one seed of short runs), beside
+    layer-wise training's, for the page to show next to the mechanism-active precondition: the term ratio says
+    whether the term acted, this says what acting cost."""
+    cfg = record["config"]
+    lam, reduction = float(cfg.get("lam", 1.0)), cfg.get("reduction", "mean")
+    rows = [r for r in pilot["metrics"]["rows"] if r["lam"] == lam and r["reduction"] == reduction]
+    reference = pilot["metrics"]["layerwise"]
+    arm = lambda r: f"{r['network']}/K={r['K']}"  # noqa: E731
+    parts = [
+        f"{r['network']} at K = {r['K']}: SGR {r['val_acc']:.1f} %, layer-wise {reference[arm(r)]['val_acc']:.1f} %"
+        for r in rows
+        if arm(r) in reference
+    ]
+    if not parts:
+        return f"The pilot `{pilot['id']}` did not try λ = {lam:g} with the {reduction} reduction."
+    return (
+        f"What λ = {lam:g} ({reduction} reduction) did to accuracy in the pilot (`{pilot['id']}`, one seed of short "
+        f"runs, validation accuracy): {'; '.join(parts)}."
+    )
