@@ -40,17 +40,12 @@ def pairs(record: dict) -> dict[str, tuple[list[float], list[float] | None]]:
     those at half of it, or None unless every seed has one that did not diverge). Arms with a full-budget run that
     is not committed or diverged, and records of other elements or of a config that no longer resolves to theirs,
     have no entry: their runs are judged on their own curves."""
-    from gradalign.errors import ConfigError
-    from gradalign.experiments import get
+    from gradalign.experiments.committed import resolved
 
-    if record.get("id") not in ARMS or "preset" not in record or "config" not in record:
+    if record.get("id") not in ARMS:
         return {}  # not a stored record of a budget-checked table
-    exp = get(record["id"])
-    try:
-        cfg = exp.resolve(record["preset"], record["config"])
-    except ConfigError:
-        return {}
-    if cfg.digest(exp.version) != record.get("config_hash"):
+    cfg = resolved(record)
+    if cfg is None:  # a config that no longer resolves to the record's own
         return {}
     half = half_budget(cfg)
     seeds = range(cfg.seed, cfg.seed + cfg.seeds)
