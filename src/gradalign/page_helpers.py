@@ -322,9 +322,9 @@ def per_seed_table(record: dict):
     ✔ or ✘; None when the record's checks keep no per-seed results."""
     import pandas as pd
 
-    rows = {
-        name: {seed: "✔" if r["passed"] else "✘" for seed, r in c["per_seed"].items()}
-        for name, c in record["checks"].items()
+    rows = {  # rows named by the claim, as the checks table names them (identifiers stay out of headers)
+        c["claim"]: {seed: "✔" if r["passed"] else "✘" for seed, r in c["per_seed"].items()}
+        for c in record["checks"].values()
         if "per_seed" in c
     }
     return pd.DataFrame(rows).T if rows else None

@@ -18,7 +18,7 @@ SUBSTITUTE = {
     "lga.fig6": "SVHN",
     "lga.tab1": "CIFAR-10 and SVHN",
 }
-"""Element -> the data set its claims are about (REPRODUCE.md: Figures 5 and 6, Table 1 of LGA)."""
+"""Element -> the data set its claims are about (LGA's Figures 5 and 6 and Table 1, `elements.py`)."""
 
 PAPER_DATA = ("cifar10", "svhn")  # the names of those data sets in a config
 
