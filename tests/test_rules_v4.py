@@ -324,3 +324,13 @@ def test_a_gpu_window_trains_the_half_budget_runs_as_runs_only():
         item = half_budget_item(element_id)
         assert item in BACKLOG and pilots.runs_only(*item) and "half" in pilots.purpose(*item)
     assert not is_half_budget("lga.fig7", "cpu", {"protocol.steps": 2000})
+
+
+def test_the_checks_table_shows_welchs_t_its_interval_and_the_decision_at_both_budgets():
+    from gradalign.assess import assess
+    from gradalign.report import checks_markdown
+
+    table = checks_markdown(assess(_stored("sgr.tab3")))
+    assert "95 % CI [" in table and "t = " in table and "ν = " in table
+    assert "budget check, stable: plainnet32: within noise at 60 epochs, within noise at 30 epochs" in table
+    assert "budget check, NOT stable" in table  # SGR against reforward on PlainNet-32: loses at 60, not at 30

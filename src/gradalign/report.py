@@ -109,7 +109,14 @@ def format_value(value, page: bool = True) -> str:
     if isinstance(value, dict) and {"a", "b", "diff", "se"} <= set(value):  # a comparison (`rules.compare`)
         n = f", n = {value['n_a']}/{value['n_b']}" if "n_a" in value else ""
         tie = " (tie)" if value.get("tie") else ""
-        return f"{value['a']:.4g} vs {value['b']:.4g}: d = {_signed(value['diff'])} ± {value['se']:.3g} SE{n}{tie}"
+        text = f"{value['a']:.4g} vs {value['b']:.4g}: d = {_signed(value['diff'])} ± {value['se']:.3g} SE{n}{tie}"
+        if "ci95" in value:  # rules version 4: Welch's t, its degrees of freedom, the interval and the decision
+            low, high = value["ci95"]
+            t = value["t"] if isinstance(value["t"], str) else f"{value['t']:.3g}"
+            text += f", t = {t}, ν = {value['nu']:.3g}, 95 % CI [{low:.3g}, {high:.3g}]: {value['decision']}"
+            if "detectable" in value:
+                text += f" (detectable at 80 % power: {value['detectable']:.3g})"
+        return text
     if isinstance(value, dict) and {"finished", "runs", "still_improving"} <= set(value):
         return _finished_words(value, page)
     if isinstance(value, dict):
@@ -149,8 +156,31 @@ def checks_markdown(record: dict, key: str = "checks") -> str:
     lines = [f"| | {head} | rule | measured |", "| :-: | --- | --- | --- |"]
     for name, c in record.get(key, {}).items():
         claim = f"{cell(c['claim'])} (`{breakable(name)}`)"
-        lines.append(f"| {mark(c)} | {claim} | {cell(c['rule'])} | {cell(format_value(c['value']))} |")
+        measured = format_value(c["value"]) + (f"; {budget_text(c['budget'])}" if "budget" in c else "")
+        lines.append(f"| {mark(c)} | {claim} | {cell(c['rule'])} | {cell(measured)} |")
     return "\n".join(lines)
+
+
+def budget_text(budget: dict) -> str:
+    """A claim's budget check in words (`claim_budget.stabilise`): each comparison's decision at both budgets and
+    how far its difference moved, or a level claim's result at half the budget."""
+    full, half = budget["budgets"]
+    head = f"budget check, {'stable' if budget['stable'] else 'NOT stable'}"
+    if "why" in budget:
+        return f"{head}: {budget['why']}"
+    if "comparisons" not in budget:
+        return (
+            f"{head}: {'passes' if budget['half_passed'] else 'fails'} at {half} too"
+            if budget["stable"]
+            else f"{head}: {'passes' if budget['half_passed'] else 'fails'} at {half}"
+        )
+    parts = [
+        f"{name + ': ' if name else ''}{r['full']} at {full}, {r['half']} at {half} (d {r['diff_half']:+g} there; "
+        f"change {r['change']:+g} ± {r['se']:g}{', paired' if r['paired'] else ''})"
+        for name, r in budget["comparisons"].items()
+        if "full" in r
+    ]
+    return f"{head}: " + "; ".join(parts)
 
 
 def preconditions_markdown(record: dict) -> str:
