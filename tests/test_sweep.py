@@ -154,6 +154,45 @@ def assert_close_nested(a, b, where: str, rtol: float = 1e-6) -> None:
         assert a == b, where
 
 
+def test_a_local_sweep_runs_past_its_first_batch(cache, tmp_path):
+    """One slot, two units: the second batch is submitted after the first finished (issue 48, item 6: the loop over
+    finished jobs overwrote the function to submit, and every unit after the first batch failed with
+    "'LocalJob' object is not callable")."""
+    printed = []
+    summary = sweep("lga.fig3", "smoke", "local", tmp_path / "jobs", TINY, parallel=1, poll_s=0.2, echo=printed.append)
+    assert summary.ok and summary.failed == {} and len(summary.stored) == 2, summary.lines()
+    assert len(set(summary.jobs.values())) == 2
+    assert printed[-2:] == ["  1 of 2 job(s) finished, 0 failed", "  2 of 2 job(s) finished, 0 failed"]
+    assert missing_units(units_of("lga.fig3", _cfg(overrides=TINY))) == []
+
+
+def test_every_batch_submits_the_same_function():
+    """`_submit_and_wait` with a stand-in submitter: three units through one slot are three batches, each submitting
+    the function it was given (never a job handle of an earlier batch)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from gradalign.sweep import _submit_and_wait
+
+    submitted = []
+
+    class Handle(SimpleNamespace):
+        def done(self):
+            return True
+
+        def exception(self):
+            return None
+
+    def submit(fn, unit):
+        submitted.append(fn)
+        return Handle(job_id=str(len(submitted)), paths=SimpleNamespace(stderr="log"))
+
+    submitter = SimpleNamespace(batch=contextlib.nullcontext, submit=submit)
+    units = [SimpleNamespace(label=f"unit {n}") for n in range(3)]
+    ids, failed = _submit_and_wait(submitter, units, len, 1, 0.01, lambda line: None)
+    assert submitted == [len, len, len] and failed == {} and ids == {"unit 0": "1", "unit 1": "2", "unit 2": "3"}
+
+
 def test_the_nested_comparison_fails_beyond_its_tolerance():
     assert_close_nested({"a": [1.0, 2.0]}, {"a": [1.0, 2.0 + 1e-9]}, "x")
     with pytest.raises(AssertionError):

@@ -281,13 +281,13 @@ def _submit_and_wait(submitter, units: list[Unit], job: Callable[[Unit], str], s
             with submitter.batch():
                 submitted = [submitter.submit(job, unit) for unit in batch]
             running += list(zip(submitted, batch))
-            ids.update((unit.label, job.job_id) for job, unit in zip(submitted, batch))
-        finished = [(job, unit) for job, unit in running if job.done()]
-        for job, unit in finished:
-            running.remove((job, unit))
-            error = job.exception()
+            ids.update((unit.label, handle.job_id) for handle, unit in zip(submitted, batch))
+        finished = [(handle, unit) for handle, unit in running if handle.done()]
+        for handle, unit in finished:  # `handle`, not `job`: `job` is the function the next batch submits
+            running.remove((handle, unit))
+            error = handle.exception()
             if error is not None:
-                failed[unit.label] = f"{_reason(error)} (log: {job.paths.stderr})"
+                failed[unit.label] = f"{_reason(error)} (log: {handle.paths.stderr})"
         if finished:
             done, wait = done + len(finished), 0.1
             echo(f"  {done} of {len(units)} job(s) finished, {len(failed)} failed")
