@@ -52,6 +52,7 @@ LAYERS = [
     (
         "results",
         "runner",
+        "canary",
         "assess",
         "rederive",
         "comparison",
@@ -63,6 +64,7 @@ LAYERS = [
         "storage",
         "gpu_window",
         "gpu_import",
+        "import_checks",
         "window_carry",
         "window_pool",
         "window_report",
@@ -78,6 +80,7 @@ LAYERS = [
         "notebook",
         "book",
         "book_static",
+        "book_script",
         "cli",
         "__main__",
     ),

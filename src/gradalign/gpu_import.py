@@ -20,7 +20,14 @@ from typing import Any
 
 from gradalign.atomic import StoredJSONError, content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError
-from gradalign.window_carry import CARRY_FOLDER, carry_files, place, prune
+from gradalign.import_checks import (
+    bench_problem,
+    entry_names,
+    record_names,
+    window_problem,
+    window_problem_line,
+)
+from gradalign.window_carry import CARRY_FOLDER, carry_files, place_checkpoints, prune, read_checkpoints
 
 WINDOW_FILE, RECORDS_FILE, BENCH_FILE, RUNS_PREFIX = "window.json", "records.json", "bench.json", "runs-"
 WINDOWS = "windows"  # the results store's folder of window reports (`window_report` shows them on the compute page)
@@ -61,42 +68,71 @@ class Imported:
 
 def import_window(folder: str | Path, root: str | Path | None = None) -> Imported:
     """Check every digest of a window's files in `folder` and place its entries and records in the results
-    store (`root`, default the checkout's `results/`); what does not check is refused and reported."""
+    store (`root`, default the checkout's `results/`); what does not check is refused and reported. A folder
+    that breaks the boundary (`import_checks`: a name that would leave the store, a malformed file, a symbolic
+    link, a gzip bomb) is a `HostileImport`, raised before anything is written."""
+    from gradalign.import_checks import HostileImport, folder_files, inside, listing
     from gradalign.results import ResultStore
     from gradalign.run_unit import check_entry, entry_path
 
     folder = Path(folder)
+    runs_files = sorted(folder.glob(f"{RUNS_PREFIX}*.json")) if folder.is_dir() else []
+    tars = carry_files(folder)
+    folder_files(folder, [WINDOW_FILE, RECORDS_FILE, BENCH_FILE, *(p.name for p in runs_files + tars)])
     if not (folder / WINDOW_FILE).is_file():
-        raise ConfigError(f"{folder} holds no {WINDOW_FILE}: not the folder a gpu-window wrote")
+        raise HostileImport(f"{folder} holds no {WINDOW_FILE}: not the folder a gpu-window wrote")
     store = ResultStore(root)
     imported = Imported()
     refused = imported.refused
-    imported.window = _read(folder / WINDOW_FILE, refused) or {}
-    dates = []
-    for path in sorted(folder.glob(f"{RUNS_PREFIX}*.json")):
-        for entry in (_read(path, refused) or {}).get("runs", []):
+    # First every file is read and checked; nothing is written until all of it passed the boundary.
+    window = _read(folder / WINDOW_FILE, refused)
+    if window is not None:
+        problem = window_problem(window)
+        if problem:
+            raise window_problem_line(problem)
+    imported.window = window or {}
+    runs, dates = [], []
+    for path in runs_files:
+        document = _read(path, refused)
+        for entry in listing(document, "runs", path.name) if document is not None else []:
+            entry_names(entry, path.name)
             try:
                 entry = check_entry(entry)
             except StoredJSONError as err:
                 refused.append(f"a run entry in {path.name} {err}")
                 continue
+            target = inside(store.root, entry_path(store.root / "runs", entry["kind"], entry["key"]))
+            runs.append((target, entry))
             dates.append(str(entry.get("provenance", {}).get("date", "")))
-            target = entry_path(store.root / "runs", entry["kind"], entry["key"])
-            _place_run(target, entry, f"{entry['kind']}/{entry['key']}", imported)
-    for record in (_read(folder / RECORDS_FILE, refused) or {}).get("records", []):
+    records = []
+    document = _read(folder / RECORDS_FILE, refused)
+    for record in listing(document, "records", RECORDS_FILE) if document is not None else []:
+        record_names(record)
         name = _checked_record(record, refused)
         if name:
-            target = store.path(record["id"], record["preset"], record["config_hash"])
-            _place(target, record, name, imported, imported.added_records)
-    _place_window(imported, store.root / WINDOWS, min(filter(None, dates), default=""))
-    tars = [path for path in carry_files(folder) if path.is_file()]
-    for tar_file in tars:
-        placed, refused_checkpoints = place(tar_file, store.root.parent / CARRY_FOLDER, store.root / "runs")
-        imported.checkpoints += placed
+            target = inside(store.root, store.path(record["id"], record["preset"], record["config_hash"]))
+            records.append((target, record, name))
+    bench = _read(folder / BENCH_FILE, refused)
+    if bench is not None and bench_problem(bench):
+        raise HostileImport(f"{BENCH_FILE} {bench_problem(bench)}; refused")
+    checkpoints = []
+    for tar_file in (path for path in tars if path.is_file()):
+        good, refused_checkpoints = read_checkpoints(tar_file)
+        checkpoints += good
         refused += refused_checkpoints
-    if not tars:
-        prune(store.root.parent / CARRY_FOLDER, store.root / "runs")
-    for name, record in (_read(folder / BENCH_FILE, refused) or {}).get("bench", {}).items():
+    report = _window_report(imported, store.root / WINDOWS, min(filter(None, dates), default=""))
+    # Then what checked is placed.
+    for target, entry in runs:
+        _place_run(target, entry, f"{entry['kind']}/{entry['key']}", imported)
+    for target, record, name in records:
+        _place(target, record, name, imported, imported.added_records)
+    carry = store.root.parent / CARRY_FOLDER
+    imported.checkpoints += place_checkpoints(checkpoints, carry, store.root / "runs") if checkpoints else []
+    if not checkpoints:
+        prune(carry, store.root / "runs")
+    if report is not None and (runs or records or checkpoints or not refused):  # nothing valid: no report
+        _place(*report, imported, imported.added_windows)
+    for name, record in (bench or {}).get("bench", {}).items():
         imported.bench.append(_bench_line(name, record))
     _reassess(store, imported)
     return imported
@@ -122,14 +158,17 @@ def _reassess(store, imported: Imported) -> None:
             )
 
 
-def _place_window(imported: Imported, folder: Path, first_run: str) -> None:
-    """The window's report, kept as `<results>/windows/<began>-<digest>.json` when its digest checks: what ran
-    where, each unit's wall time on the GPU, the CUDA tests' outcome. A report from before windows carried a digest
-    and a date (the first two, 2026-11-26) is kept with a digest computed here (`digest_from: import`) and the
-    date of its first finished run (`first_run`, `began_from`)."""
+def _window_report(imported: Imported, folder: Path, first_run: str) -> tuple[Path, dict, str] | None:
+    """(where, report, name) of the window's report, to keep as `<results>/windows/<began>-<digest>.json` when its
+    digest checks: what ran where, each unit's wall time on the GPU, the CUDA tests' outcome. A report from before
+    windows carried a digest and a date (the first two, 2026-11-26) is kept with a digest computed here
+    (`digest_from: import`) and the date of its first finished run (`first_run`, `began_from`). A report that says
+    not when it began is not kept (refused); one whose date or digest is not a clean name is a `HostileImport`."""
+    from gradalign.import_checks import inside, window_stamp
+
     report = imported.window
     if not report:
-        return
+        return None
     if "digest" not in report:
         report = {**report, "digest_from": "import"}
         if not report.get("began") and first_run:
@@ -137,21 +176,27 @@ def _place_window(imported: Imported, folder: Path, first_run: str) -> None:
         report["digest"] = content_digest(report)
     elif report["digest"] != content_digest(report):
         imported.refused.append(f"{WINDOW_FILE}: its digest does not match its content")
-        return
-    stamp = str(report.get("began", "")).replace(":", "").replace("+0000", "") or "undated"
-    _place(
-        folder / f"{stamp}-{report['digest'][:12]}.json", report, f"window {stamp}", imported, imported.added_windows
-    )
+        return None
+    if not report.get("began"):
+        imported.refused.append(f"{WINDOW_FILE}: says not when the window began (no date, no finished run); not kept")
+        return None
+    name = window_stamp(report["began"], report["digest"])
+    return inside(folder, folder / name), report, f"window {name.rsplit('-', 1)[0]}"
 
 
 def _read(path: Path, refused: list[str]) -> Any:
-    if not path.exists():
+    from gradalign.import_checks import HostileImport, read_capped
+
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        return read_json_strict(path)
+        document = read_capped(path, read_json_strict)
     except StoredJSONError as err:
         refused.append(f"{path.name} {err}")
         return None
+    if document is None:  # JSON null: the shape of none of a window's files
+        raise HostileImport(f"{path.name} holds null, not a window's file; refused")
+    return document
 
 
 def _place(target: Path, document: dict, name: str, imported: Imported, added: list[str]) -> None:

@@ -23,6 +23,7 @@ import io
 import json
 import re
 import tarfile
+import zlib
 from pathlib import Path
 
 from gradalign.atomic import write_atomically
@@ -103,11 +104,17 @@ def checkpoint_problem(raw: bytes) -> str | None:
     return None
 
 
-def place(tar_file: Path, carry: Path, committed: Path) -> tuple[list[str], list[str]]:
-    """Each checkpoint of a window's `tar_file` that checks, placed in the carry folder unless its run is committed
-    under `committed` (`<results>/runs`) by now; then carried checkpoints of committed runs are deleted.
-    Returns (`kind/key` placed, why each refused member was refused)."""
-    placed, refused = [], []
+MAX_MEMBER_BYTES = 64 * 2**20  # a member as stored in the tar (a window's file is at most 15 MiB)
+MAX_CHECKPOINT_BYTES = 512 * 2**20  # a checkpoint inflated (Table 7's VGG-57 at width x0.125: 15.2 MiB)
+
+
+def read_checkpoints(tar_file: Path) -> tuple[list[tuple[str, str, bytes]], list[str]]:
+    """((kind, key, bytes) of each checkpoint of a window's `tar_file` that checks, why each other member was
+    refused). A member beyond `MAX_MEMBER_BYTES`, or that inflates beyond `MAX_CHECKPOINT_BYTES` (a gzip bomb), is
+    a `HostileImport`, raised while it is read, before it is inflated in memory."""
+    from gradalign.import_checks import HostileImport
+
+    good, refused = [], []
     try:
         with tarfile.open(tar_file) as tar:
             for member in tar.getmembers():
@@ -115,27 +122,67 @@ def place(tar_file: Path, carry: Path, committed: Path) -> tuple[list[str], list
                 if not member.isfile() or not found:
                     refused.append(f"{tar_file.name}: {member.name!r} is not a run checkpoint's name")
                     continue
-                raw = tar.extractfile(member).read()
+                if member.size > MAX_MEMBER_BYTES:
+                    raise HostileImport(
+                        f"{tar_file.name}: {member.name} holds {member.size} bytes, over {MAX_MEMBER_BYTES}; refused"
+                    )
+                raw = tar.extractfile(member).read(MAX_MEMBER_BYTES + 1)
                 try:
-                    raw = gzip.decompress(raw) if found[3] else raw  # an older window's member: not compressed
-                except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+                    raw = _inflate(raw, MAX_CHECKPOINT_BYTES) if found[3] else raw  # an older window's: raw
+                except (OSError, EOFError, zlib.error) as err:  # gzip.BadGzipFile is an OSError
                     refused.append(f"{tar_file.name}: checkpoint {member.name} is not readable gzip ({err})")
                     continue
+                if raw is None:
+                    raise HostileImport(
+                        f"{tar_file.name}: {member.name} inflates beyond {MAX_CHECKPOINT_BYTES} bytes (a gzip bomb?); "
+                        "refused"
+                    )
                 problem = checkpoint_problem(raw)
                 if problem:
                     refused.append(f"{tar_file.name}: checkpoint {member.name} {problem}")
                     continue
-                kind, key = found[1], found[2]
-                if (committed / kind / f"{key}.json").exists():
-                    continue
-                write_atomically(
-                    checkpoint_path(carry, kind, key), lambda handle, raw=raw: handle.write(raw), binary=True
-                )
-                placed.append(f"{kind}/{key}")
+                good.append((found[1], found[2], raw))
     except tarfile.TarError as err:
         refused.append(f"{tar_file.name} is not a readable tar file ({err})")
+    return good, refused
+
+
+def _inflate(packed: bytes, limit: int) -> bytes | None:
+    """The gzip stream(s) of `packed` inflated, or None as soon as they would pass `limit` bytes."""
+    out, rest = bytearray(), packed
+    while rest:
+        inflater = zlib.decompressobj(wbits=31)
+        chunk = inflater.decompress(rest, limit + 1 - len(out))
+        out += chunk
+        if len(out) > limit:
+            return None
+        if inflater.unconsumed_tail:  # stopped by the bound, not by the end of the stream
+            return None
+        if not inflater.eof:
+            raise EOFError("the gzip stream is cut short")
+        rest = inflater.unused_data
+    return bytes(out)
+
+
+def place_checkpoints(checkpoints: list[tuple[str, str, bytes]], carry: Path, committed: Path) -> list[str]:
+    """Write each (kind, key, bytes) in the carry folder unless its run is committed under `committed` by now;
+    then delete carried checkpoints of committed runs. Returns `kind/key` of each placed."""
+    placed = []
+    for kind, key, raw in checkpoints:
+        if (committed / kind / f"{key}.json").exists():
+            continue
+        write_atomically(checkpoint_path(carry, kind, key), lambda handle, raw=raw: handle.write(raw), binary=True)
+        placed.append(f"{kind}/{key}")
     prune(carry, committed)
-    return placed, refused
+    return placed
+
+
+def place(tar_file: Path, carry: Path, committed: Path) -> tuple[list[str], list[str]]:
+    """Each checkpoint of a window's `tar_file` that checks, placed in the carry folder unless its run is committed
+    under `committed` (`<results>/runs`) by now; then carried checkpoints of committed runs are deleted.
+    Returns (`kind/key` placed, why each refused member was refused)."""
+    good, refused = read_checkpoints(tar_file)
+    return place_checkpoints(good, carry, committed), refused
 
 
 def prune(carry: Path, committed: Path) -> list[str]:
