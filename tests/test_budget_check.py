@@ -174,7 +174,7 @@ def test_an_import_that_places_local_runs_assesses_the_budget_checked_records_ag
     entry = json.loads(next((project_root() / "results" / "runs" / "sgr.local").glob("*.json")).read_text())
     out, home = tmp_path / "out", tmp_path / "home"
     out.mkdir()
-    (out / "window.json").write_text(json.dumps({"minutes": 1.0, "units": [], "began": "2026-11-27 00:00"}))
+    (out / "window.json").write_text(json.dumps({"minutes": 1.0, "units": [], "began": "2026-11-27T00:00:00+00:00"}))
     (out / "runs-1.json").write_text(json.dumps({"runs": [entry]}))
     record = home / "sgr" / "sgr.tab3" / "cpu-x.json"
     record.parent.mkdir(parents=True)

@@ -15,6 +15,7 @@ compute once: the second waits for the first's lock, then loads its record.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -49,6 +50,7 @@ def cmd_run(args) -> int:
     from gradalign.timebox import check_minutes, time_box
 
     threads_from_env()
+    storage.check_data_env()
     check_device(args.device)
     check_preset(args.preset, allow_auto=True)
     check_minutes(args.time_limit)
@@ -166,6 +168,7 @@ def cmd_bench(args) -> int:
     from gradalign.runtime import check_device, threads_from_env
 
     threads_from_env()
+    storage.check_data_env()
     check_device(args.device)
     root = storage.result_store(args.results).root
     storage.check_results_root(root)
@@ -193,12 +196,19 @@ def cmd_bench(args) -> int:
 
 
 def cmd_book(args) -> int:
+    """Every input checked before anything is written to --out: the preset, GRADALIGN_BOOK_JOBS, GRADALIGN_THREADS,
+    GRADALIGN_DATA, the results root and the build folder."""
     from gradalign.config import check_preset
+    from gradalign.runtime import threads_from_env
 
     check_preset(args.preset, allow_auto=True)
+    threads_from_env()
+    storage.check_data_env()
     storage.result_store(None)
-    from gradalign.book import build_book
+    from gradalign.book import book_jobs, build_book
 
+    book_jobs()
+    storage.check_folder(args.out, "--out (the build folder)")
     result = build_book(args.preset, args.out, force=args.force)
     print(
         f"executed {len(result['executed'])} notebook(s), up to date {len(result['skipped'])}; "
@@ -208,26 +218,48 @@ def cmd_book(args) -> int:
 
 
 def cmd_report(args) -> int:
+    """The report of the stored records; a results root that is not a folder is refused, and --out is written
+    atomically."""
     from gradalign.config import check_preset
 
     check_preset(args.preset, allow_auto=True)
-    storage.result_store(None)
+    store = storage.result_store(None)
     if args.out is not None:
         storage.check_output_file(args.out)
+    storage.check_results_exist(store.root)
+    if args.out is not None:
+        storage.check_folder(Path(args.out).absolute().parent, "--out's folder", min_free=2**20)
     from gradalign.report import report_markdown
 
     text = report_markdown(args.preset)
     if args.out:
-        Path(args.out).write_text(text)
+        storage.write_text(Path(args.out), text)
     else:
         print(text)
     return 0
 
 
 def cmd_data(args) -> int:
-    from gradalign.data.fashion_mnist import prepare_fashion_mnist, raw_dir
+    from gradalign.data import fashion_mnist
+    from gradalign.data.fashion_mnist import FILES, prepare_fashion_mnist, raw_dir
 
-    raw = prepare_fashion_mnist(args.root)
+    if args.root is not None and not args.root.strip():
+        raise ConfigError("--root is empty; give a folder, or leave it out for $GRADALIGN_DATA or ./data")
+    storage.check_data_env()
+    raw, source = raw_dir(args.root), fashion_mnist.DEBIAN_DIR
+    if not all((raw / name).is_file() for name in FILES) and all((source / f"{n}.gz").exists() for n in FILES):
+        storage.check_folder(raw, "data folder")  # the files must be unpacked there
+    try:
+        raw = prepare_fashion_mnist(args.root, source=source)
+    except OSError as err:
+        if isinstance(err, GradalignError):
+            raise
+        from gradalign.atomic import StorageError
+
+        for name in FILES:  # what an interrupted unpacking left
+            with contextlib.suppress(OSError):
+                (raw_dir(args.root) / f"{name}.tmp").unlink(missing_ok=True)
+        raise StorageError(storage.os_error_line(err)) from None
     if raw is None:
         print(
             f"Fashion-MNIST: not found (looked in {raw_dir(args.root)} and /usr/share/datasets/fashion-mnist); "
@@ -330,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `gradalign list | head`: the reader left; see Python's "Note on SIGPIPE"
         _silence_stdout()
         return 0
+    except OSError as err:  # a storage error no command turned into its own line: still one line
+        print(f"gradalign: error: {_one_line(storage.os_error_line(err))}", file=sys.stderr)
+        return 2
 
 
 def _silence_stdout() -> None:

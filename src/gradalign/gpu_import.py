@@ -121,7 +121,10 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
         checkpoints += good
         refused += refused_checkpoints
     report = _window_report(imported, store.root / WINDOWS, min(filter(None, dates), default=""))
-    # Then what checked is placed.
+    # Then what checked is placed, in a store that is a folder, writable, with room (as `run` checks it).
+    from gradalign.storage import check_folder
+
+    check_folder(store.root, "results root")
     for target, entry in runs:
         _place_run(target, entry, f"{entry['kind']}/{entry['key']}", imported)
     for target, record, name in records:

@@ -26,6 +26,7 @@ from pathlib import Path
 from gradalign.assess import assess
 from gradalign.atomic import StoredJSONError, read_json_strict
 from gradalign.elements import PARTS
+from gradalign.errors import GradalignError
 from gradalign.results import SCHEMA, ResultStore, record_digest
 from gradalign.verdict import RULES
 
@@ -90,17 +91,34 @@ def _refresh_verdict_layer(record: dict) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """0 when every record re-derived, 1 when some were skipped (each named), 2 for a store that cannot be used:
+    not a folder, missing, read-only or full (one line, as the command line's errors)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m gradalign.rederive", description=__doc__.splitlines()[0])
     parser.parse_args(argv)
-    store = ResultStore()
+    try:
+        return _rederive_all()
+    except (GradalignError, OSError) as err:
+        from gradalign.storage import os_error_line
+
+        line = str(err) if isinstance(err, GradalignError) else os_error_line(err)
+        print(f"gradalign: error: {' '.join(line.split())}", file=sys.stderr)
+        return 2
+
+
+def _rederive_all() -> int:
+    from gradalign import storage
+
+    store = storage.result_store(None)
+    storage.check_results_exist(store.root)
+    storage.check_folder(store.root, "results root", min_free=2**20)  # records are rewritten in place
     failures = 0
     paths = sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json"))  # not the bench records
     for path in paths:
         try:
             eid, before, now = rederive_file(path, store)
-        except ValueError as err:
+        except ValueError as err:  # a record that is not sound (named); a storage error stops all (main)
             print(f"skipped: {err}", file=sys.stderr)
             failures += 1
             continue

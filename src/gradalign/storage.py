@@ -4,7 +4,11 @@
 records); `check_results_root` a root that is a file; `prepare_storage` checks that the results root and the
 run cache take files and have room (one-line StorageError) and removes the temporary files that killed writes
 left there; `record_lock` serialises identical runs (the second waits, then loads the first one's record);
-`check_output_file` an --out that cannot be written.
+`check_output_file` an --out that cannot be written. Every other command checks its folders the same way
+(`check_folder`: empty, a file, not creatable, not writable, no room), reads a results root only when it is a
+folder (`check_results_exist`), refuses an empty GRADALIGN_DATA as the other paths are (`check_data_env`),
+writes its files atomically (`write_text`), and the command line turns any storage error left into one line
+(`os_error_line`).
 """
 
 from __future__ import annotations
@@ -104,3 +108,55 @@ def check_output_file(text: str) -> None:
         raise ConfigError(f"--out {str(path)!r} is a folder; give a file name")
     if not path.absolute().parent.is_dir():
         raise ConfigError(f"--out {str(path)!r}: its folder {str(path.absolute().parent)!r} does not exist")
+
+
+def check_folder(path: Path | str, what: str, min_free: int | None = None) -> Path:
+    """A folder a command writes into, checked as `run` checks its results root: not empty, not a file, creatable
+    (its nearest existing parent a folder), then created, taking a file and with room (`atomic.check_writable`);
+    a one-line ConfigError or StorageError otherwise."""
+    from gradalign.atomic import MIN_FREE_BYTES, check_writable
+
+    if not str(path).strip():
+        raise ConfigError(f"{what} is empty; give a folder")
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a file; give a folder")
+    ancestor = nearest_existing(path)
+    if not ancestor.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} cannot be created: {str(ancestor)!r} is a file, not a folder")
+    check_writable(path, what, MIN_FREE_BYTES if min_free is None else min_free)
+    return path
+
+
+def check_results_exist(root: Path) -> None:
+    """A results root that is read (`report`, `rederive`) must be a folder that exists."""
+    if not root.exists():
+        raise ConfigError(
+            f"results root {str(root)!r} does not exist; give the folder that holds the records "
+            "(--results or GRADALIGN_RESULTS)"
+        )
+    if not root.is_dir():
+        raise ConfigError(f"results root {str(root)!r} is a file; give the folder that holds the records")
+
+
+def check_data_env() -> None:
+    """An empty GRADALIGN_DATA is refused, as an empty GRADALIGN_RESULTS or GRADALIGN_CACHE is (the data loaders
+    would read it as unset and fall back to the checkout's data/)."""
+    if "GRADALIGN_DATA" in os.environ and not os.environ["GRADALIGN_DATA"].strip():
+        raise ConfigError("GRADALIGN_DATA is set but empty; give it a folder, or unset it for ./data")
+
+
+def write_text(path: Path, text: str) -> Path:
+    """`text` written atomically at `path`: a failed write (full disk, read-only) is a one-line StorageError and
+    leaves no partial file."""
+    from gradalign.atomic import write_atomically
+
+    return write_atomically(Path(path), lambda handle: handle.write(text))
+
+
+def os_error_line(err: OSError) -> str:
+    """One line for a storage error no command caught (a permission, a file where a folder goes, a full disk)."""
+    from gradalign.atomic import _why
+
+    where = " -> ".join(str(name) for name in (err.filename, err.filename2) if name is not None)
+    return f"cannot {'use ' + where if where else 'read or write a file'}: {_why(err)}"

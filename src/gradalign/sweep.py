@@ -176,6 +176,10 @@ def sweep(
         "slurm_array_parallelism": parallel if executor == "slurm" else None,
         **(parameters or {}),
     }
+    if folder:  # submitit's job folder, checked as `run` checks its folders (the default is in the run cache)
+        from gradalign.storage import check_folder
+
+        check_folder(folder, "--folder (submitit's job folder)", min_free=2**20)
     submitter = make_executor(executor, Path(folder) if folder else cache / "sweeps" / element_id, options)
     summary = SweepSummary(element_id, preset, len(units), overrides=dict(overrides or {}))
     committed = _committed_folder(preset)
@@ -314,7 +318,10 @@ def cmd_sweep(args) -> int:
     """0 when every unit is stored, 1 when some failed; bad input raises a ConfigError (the CLI: exit 2)."""
     from gradalign.config import check_preset, parse_overrides
 
+    from gradalign.storage import check_data_env
+
     check_preset(args.preset)
+    check_data_env()
     if args.folder is not None and not args.folder.strip():
         raise ConfigError("--folder is empty; give a folder for submitit's job files, or leave it out")
     summary = sweep(

@@ -35,12 +35,27 @@ def without(backlog: tuple, skip) -> tuple:
 
 
 def _cmd_window(args) -> int:
+    """Every input checked before the window writes to --out: the time box, the workers, GRADALIGN_THREADS and
+    GRADALIGN_DATA, then --out as `run` checks its folders (`storage.check_folder`)."""
+    from gradalign import storage
     from gradalign.gpu_window import BACKLOG, gpu_window
+    from gradalign.runtime import check_device, threads_from_env
+    from gradalign.timebox import check_minutes
+    from gradalign.window_pool import check_workers
+
+    check_minutes(args.minutes)
+    check_workers(args.workers)
+    check_device(args.device)
+    threads_from_env()
+    storage.check_data_env()
+    storage.result_store(None)
+    skipped = without(BACKLOG, args.skip)
+    storage.check_folder(args.out, "--out")
 
     window = gpu_window(
         args.minutes,
         args.out,
-        without(BACKLOG, args.skip),
+        skipped,
         device=args.device,
         tests=not args.no_tests,
         bench=not args.no_bench,
@@ -50,8 +65,15 @@ def _cmd_window(args) -> int:
 
 
 def _cmd_import(args) -> int:
+    """The window's folder is checked whole (`import_checks`) before the results store is, and the store (a folder,
+    creatable, writable, with room) before anything is placed in it."""
+    from gradalign import storage
     from gradalign.gpu_import import import_window
 
-    imported = import_window(args.folder, args.results)
+    if not args.folder.strip():
+        raise ConfigError("the window's folder is empty; give the folder a gpu-window wrote")
+    store = storage.result_store(args.results)
+    storage.check_results_root(store.root)
+    imported = import_window(args.folder, store.root)
     print("\n".join(imported.lines()))
     return 1 if imported.refused else 0
