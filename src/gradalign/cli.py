@@ -64,6 +64,7 @@ def cmd_run(args) -> int:
         return _show_config(exp.resolve(preset, overrides), preset)
     stored = None if args.force else runner.stored_record(args.id, preset, overrides, store)
     if stored is None:
+        storage.check_clean_tree(preset, store.root, args.allow_dirty)
         storage.check_results_writable(store.root)
         storage.prepare_storage(store.root, cache)
         config_hash = exp.resolve(preset, overrides).digest(exp.version)
@@ -300,6 +301,12 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--force", action="store_true", help="recompute even if a record is stored")
     r.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
     r.add_argument("--results", help="results root (default: $GRADALIGN_RESULTS or ./results)")
+    r.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="compute a cpu, gpu or paper record from a tree with uncommitted changes (only with a results root away "
+        "from the checkout's results/)",
+    )
     r.add_argument(
         "--show-config",
         action="store_true",

@@ -160,3 +160,29 @@ def os_error_line(err: OSError) -> str:
 
     where = " -> ".join(str(name) for name in (err.filename, err.filename2) if name is not None)
     return f"cannot {'use ' + where if where else 'read or write a file'}: {_why(err)}"
+
+
+def check_clean_tree(preset: str, root: Path, allow_dirty: bool) -> None:
+    """A `cpu`, `gpu` or `paper` record (and the runs it commits) comes from a committed tree: its provenance names
+    the commit it ran, which a `+dirty` one does not pin down. `--allow-dirty` stores one anyway, only in a results
+    store away from the checkout's own results/ (a scratch store, never committed)."""
+    from gradalign.environment import git_commit, project_root
+    from gradalign.runner import COMMITTED_PRESETS
+
+    if preset not in COMMITTED_PRESETS:
+        return
+    commit = git_commit()
+    if not commit.endswith("+dirty"):
+        return
+    home = (project_root() / "results").resolve()
+    if allow_dirty and root.resolve() != home:
+        return
+    if allow_dirty:
+        raise ConfigError(
+            f"--allow-dirty stores a {preset} record only away from the checkout's results/ ({home}); give --results "
+            "or GRADALIGN_RESULTS another folder, or commit or stash the changes"
+        )
+    raise ConfigError(
+        f"the working tree has uncommitted changes ({commit}); a {preset} record must come from a committed tree: "
+        "commit or stash them (or give --allow-dirty with --results away from the checkout's results/)"
+    )
