@@ -25,7 +25,7 @@ from gradalign.config import PRESET_ORDER_FOR_BOOK, check_preset
 from gradalign.environment import provenance
 from gradalign.errors import ConfigError
 from gradalign.experiments import get
-from gradalign.fingerprint import changed_files, code_fingerprint
+from gradalign.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint
 from gradalign.results import SCHEMA, ResultStore, part_of
 from gradalign.run_unit import committed_runs
 from gradalign.runcache import cache_root, force_recompute
@@ -87,6 +87,7 @@ def run(
             **provenance(dev, [cfg.seed], wall),
             **({"parts": earlier_parts + 1} if earlier_parts else {}),
             "code": code_fingerprint(exp.run.__module__),
+            "behaviour": behaviour_fingerprint(exp.run.__module__),
             **({"runs": runs_by_hardware(committed.read)} if committed.read else {}),
         },
     }

@@ -1,0 +1,259 @@
+"""Is a stored record still current? Bytes, then behaviour, then the smoke canary.
+
+A record stores three things about the code that computed it (`provenance`):
+
+- `code`: the sha256 of the bytes of every library file its experiment runs (`fingerprint.code_fingerprint`);
+- `behaviour`: a digest of every top-level definition those files hold, by syntax tree, docstrings dropped,
+  keyed by name, not by file (`fingerprint.behaviour_fingerprint`);
+- `canary`: the digest of the experiment's outcome at the `smoke` preset, on this CPU at one thread, when
+  the record's code was today's (`stamp`).
+
+`code_status` reads them in that order. Equal bytes, or an equal behaviour fingerprint (a comment, a
+reformat, a moved function): *current*. Otherwise the changed definitions are named, and the smoke canary is
+run on today's code: the same outcome digest makes the record *current by canary*, never "untouched"; a
+different one, or no canary to compare, makes it *stale*.
+
+What a canary cannot see: a code path that only a larger preset takes (a branch on the number of epochs, the
+GPU path, a half-budget check that smoke does not assemble), and a change whose effect at smoke rounds away.
+A canary is compared only where it was computed under the same torch version (another torch can round
+differently, so the record is then stale, conservatively). Timing metrics (seconds, memory) are left out of
+the digest; a canary whose two runs disagree even so is not stored (`stamp`), and its record cannot be
+cleared by a canary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gradalign.atomic import write_json_atomically
+from gradalign.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint, where_defined
+
+TIMING = re.compile(r"second|time|wall|_ms\b|_s\b|per_s|throughput|speed|peak|memory|bytes|mib\b|gib\b|benchmark", re.I)
+"""Flattened metric names left out of the canary's digest: measured time and memory (and ratios of them, the
+`benchmark` entries) differ between runs."""
+
+
+def _leaves(value: Any, prefix: str = ""):
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            yield from _leaves(value[key], f"{prefix}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{prefix}[{i}]")
+    else:
+        yield prefix, value
+
+
+def outcome_digest(record: dict) -> str:
+    """sha256 prefix of a record's metrics and curves, timing and memory measurements left out."""
+    kept = [(k, repr(v)) for k, v in _leaves({"metrics": record["metrics"], "curves": record.get("curves", {})})]
+    kept = [(k, v) for k, v in kept if not TIMING.search(k)]
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _scratch_environment(folder: Path):
+    """A results store and a run cache of their own, one thread, no progress bars: a canary reads nothing
+    that was stored and leaves nothing behind."""
+    names = ("GRADALIGN_RESULTS", "GRADALIGN_CACHE", "GRADALIGN_THREADS", "GRADALIGN_PROGRESS")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(
+        GRADALIGN_RESULTS=str(folder / "results"),
+        GRADALIGN_CACHE=str(folder / "cache"),
+        GRADALIGN_THREADS="1",
+        GRADALIGN_PROGRESS="0",
+    )
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_canary(element_id: str) -> str:
+    """Run `element_id` at `smoke` on today's code, on the CPU at one thread, from scratch; its outcome digest."""
+    from gradalign.results import ResultStore
+    from gradalign.runner import run
+
+    with tempfile.TemporaryDirectory(prefix="gradalign-canary-") as tmp, _scratch_environment(Path(tmp)):
+        record = run(element_id, "smoke", store=ResultStore(Path(tmp) / "results"), device="cpu", force=True)
+    return outcome_digest(record)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def _module(element_id: str) -> str:
+    from gradalign.experiments import get
+
+    return get(element_id).run.__module__
+
+
+def _cache_path(element_id: str, behaviour: dict[str, str]) -> Path:
+    from gradalign.runcache import cache_root
+
+    key = hashlib.sha256(json.dumps([behaviour, _torch_version()], sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root() / "canary" / element_id / f"{key}.json"
+
+
+def todays_canary(element_id: str, behaviour: dict[str, str] | None = None) -> str:
+    """Today's canary digest for `element_id`, from the cache when today's behaviour already ran it."""
+    behaviour = behaviour if behaviour is not None else behaviour_fingerprint(_module(element_id))
+    path = _cache_path(element_id, behaviour)
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        cached = json.loads(path.read_text())["digest"]
+        if isinstance(cached, str):
+            return cached
+    digest = run_canary(element_id)
+    with contextlib.suppress(OSError):
+        write_json_atomically(path, {"id": element_id, "digest": digest, "torch": _torch_version()})
+    return digest
+
+
+def code_status(record: dict, run: bool = True) -> dict | None:
+    """Whether the code that computed `record` could have changed its numbers, or None (no fingerprint).
+
+    {"state": "current" | "current by canary" | "stale", "changed": [...], "why": words}. `changed` names the
+    definitions whose behaviour moved (or the files, for a record without a behaviour fingerprint). `run`:
+    whether the canary may run here (else only a cached one is used, and a record it would decide is stale).
+    """
+    provenance = record.get("provenance", {})
+    stored = provenance.get("code")
+    if not isinstance(stored, dict):
+        return None
+    module = _module(record["id"])
+    files = changed_files(stored, code_fingerprint(module))
+    if not files:
+        return {"state": "current", "changed": [], "why": "the same library files"}
+    behaviour = behaviour_fingerprint(module)
+    kept = provenance.get("behaviour")
+    if isinstance(kept, dict):
+        names = changed_files(kept, behaviour)
+        if not names:
+            return {"state": "current", "changed": [], "why": f"{len(files)} file(s) edited, no definition changed"}
+        places = where_defined(names, module)
+        changed = [f"{n} ({', '.join(places[n])})" if places[n] else f"{n} (removed)" for n in names]
+    else:
+        changed = files
+    canary = provenance.get("canary")
+    if not (isinstance(canary, dict) and isinstance(canary.get("digest"), str)):
+        return {"state": "stale", "changed": changed, "why": "no smoke canary stored with the record"}
+    if canary.get("torch") != _torch_version():
+        return {"state": "stale", "changed": changed, "why": f"its canary ran under torch {canary.get('torch')}"}
+    if not run and not _cache_path(record["id"], behaviour).exists():
+        return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
+    if todays_canary(record["id"], behaviour) == canary["digest"]:
+        return {"state": "current by canary", "changed": changed, "why": "smoke canary identical"}
+    return {"state": "stale", "changed": changed, "why": "smoke canary differs"}
+
+
+def _twice(element_id: str) -> str | None:
+    """The canary digest when two runs agree; None when they differ or the experiment has no smoke preset."""
+    from gradalign.errors import ConfigError
+
+    try:
+        first, second = run_canary(element_id), run_canary(element_id)
+    except ConfigError:
+        return None
+    return first if first == second else None
+
+
+def stale_files(record: dict) -> list[str] | None:
+    """What changed in the code of a stale record (definitions, or files for a record without a behaviour
+    fingerprint); [] when the record is current, by its code or by its smoke canary; None when the record
+    carries no code fingerprint."""
+    status = code_status(record)
+    if status is None:
+        return None
+    return status["changed"] if status["state"] == "stale" else []
+
+
+def stamp(store=None, echo=print) -> dict[str, int]:
+    """Add the behaviour fingerprint and the smoke canary to every stored record whose library files are
+    byte for byte today's (so today's code is the code that computed it) and that lacks them. The canary runs
+    twice; two different digests leave the record without one. Counts by outcome."""
+    import datetime as _dt
+
+    from gradalign.results import ResultStore
+    from gradalign.elements import PARTS
+
+    store = store or ResultStore()
+    counts = {"stamped": 0, "already": 0, "not current": 0, "no canary": 0}
+    canaries: dict[str, str | None] = {}
+    for path in sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json")):
+        record = json.loads(path.read_text())
+        provenance = record.get("provenance", {})
+        module = _module(record["id"])
+        if not isinstance(provenance.get("code"), dict) or changed_files(provenance["code"], code_fingerprint(module)):
+            counts["not current"] += 1
+            continue
+        canary = provenance.get("canary")
+        if (
+            isinstance(provenance.get("behaviour"), dict)
+            and isinstance(canary, dict)
+            and canary.get("torch") == _torch_version()
+        ):
+            counts["already"] += 1
+            continue
+        if record["id"] not in canaries:
+            canaries[record["id"]] = _twice(record["id"])
+        provenance["behaviour"] = behaviour_fingerprint(module)
+        digest = canaries[record["id"]]
+        if digest is None:
+            provenance.pop("canary", None)
+            counts["no canary"] += 1
+        else:
+            provenance["canary"] = {"digest": digest, "torch": _torch_version(), "preset": "smoke", "threads": 1}
+        record["stamped"] = {
+            "date": _dt.date.today().isoformat(),
+            "note": "behaviour fingerprint and smoke canary of the unchanged code",
+        }
+        if store.save(record) != path:
+            raise ValueError(f"{path}: the stamped record would move")
+        counts["stamped"] += 1
+        echo(
+            f"{record['id']} [{path.stem.split('-')[0]}]: "
+            + ("stamped" if digest else "stamped, no canary (two smoke runs differ)")
+        )
+    return counts
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gradalign.canary`: each stored record's code status; `--stamp` first stamps the current ones."""
+    import argparse
+
+    from gradalign.results import ResultStore
+    from gradalign.elements import PARTS
+
+    parser = argparse.ArgumentParser(prog="python -m gradalign.canary", description=__doc__.splitlines()[0])
+    parser.add_argument("--stamp", action="store_true", help="stamp current records with behaviour and canary")
+    args = parser.parse_args(argv)
+    store = ResultStore()
+    if args.stamp:
+        print(stamp(store))
+    stale = 0
+    for path in sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json")):
+        record = json.loads(path.read_text())
+        status = code_status(record)
+        state = status["state"] if status else "unknown"
+        stale += state == "stale"
+        detail = f": {status['why']}; changed {', '.join(status['changed'])}" if status and status["changed"] else ""
+        print(f"{record['id']} [{path.stem.split('-')[0]}]: {state}{detail}")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

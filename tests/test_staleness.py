@@ -1,0 +1,173 @@
+"""Staleness by behaviour (`fingerprint.behaviour_fingerprint`, `canary.code_status`).
+
+A record is current when the code it ran cannot have changed its numbers: the same bytes, or the same
+definitions (docstrings, comments, formatting and the file a definition lives in do not count), or, failing
+both, the same outcome of its smoke canary, which is then said ("current by canary"), never hidden.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gradalign.fingerprint import PACKAGE, behaviour_fingerprint, changed_files, module_behaviour
+
+BEFORE = '''
+"""A module."""
+import math
+
+SCALE = 2.0
+
+
+def loss(x):
+    """The loss."""
+    # a comment
+    return SCALE * math.sqrt(x)
+'''
+
+
+def test_docstrings_comments_and_formatting_do_not_move_the_fingerprint():
+    edited = BEFORE.replace('"""The loss."""', '"""The loss, Eq. 3 (better words)."""').replace("# a comment", "")
+    edited = edited.replace("SCALE * math.sqrt(x)", "SCALE*math.sqrt( x )") + "\n\n"
+    assert module_behaviour(edited) == module_behaviour(BEFORE)
+
+
+@pytest.mark.parametrize(
+    "edit, moved",
+    [
+        (("SCALE = 2.0", "SCALE = 3.0"), ["SCALE"]),
+        (("return SCALE", "return 1 + SCALE"), ["loss"]),
+        (("def loss(x)", "def objective(x)"), ["loss", "objective"]),
+        (("import math", "import cmath as math"), ["import math"]),
+    ],
+)
+def test_a_change_of_behaviour_moves_exactly_the_definition_it_touches(edit, moved):
+    assert changed_files(module_behaviour(BEFORE), module_behaviour(BEFORE.replace(*edit))) == moved
+
+
+def _copy_package(tmp_path: Path) -> Path:
+    copy = tmp_path / "gradalign"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def _experiment_modules() -> dict[str, str]:
+    from gradalign.experiments import EXPERIMENTS
+
+    return {eid: exp.run.__module__ for eid, exp in EXPERIMENTS.items()}
+
+
+def test_moving_a_module_to_a_new_file_name_keeps_every_experiments_fingerprint(tmp_path):
+    copy = _copy_package(tmp_path)
+    (copy / "sizes.py").rename(copy / "allocation_sizes.py")  # imported by the experiments' config layer
+    for path in copy.rglob("*.py"):
+        text = path.read_text()
+        if "gradalign.sizes" in text:
+            path.write_text(text.replace("gradalign.sizes", "gradalign.allocation_sizes"))
+    modules = _experiment_modules()
+    users = [eid for eid, m in modules.items() if (copy / "allocation_sizes.py") in _closure(m, copy)]
+    assert users, "sizes.py is in no experiment's closure: the test would prove nothing"
+    for eid, module in modules.items():
+        assert behaviour_fingerprint(module, copy) == behaviour_fingerprint(module), eid
+
+
+def _closure(module: str, package: Path) -> list[Path]:
+    from gradalign.fingerprint import library_closure
+
+    return library_closure(f"import {module}", parents=False, package=package)
+
+
+@pytest.mark.parametrize(
+    "edit, named",
+    [
+        (("clamp_min(TINY)", "clamp_min(2 * TINY)"), ["normalized"]),  # a constant inside the loss's body
+        (("TINY = 1e-12", "TINY = 1e-10"), ["TINY"]),  # the module's constant itself
+    ],
+)
+def test_one_constant_in_one_loss_makes_exactly_its_users_stale_and_names_it(tmp_path, edit, named):
+    copy = _copy_package(tmp_path)
+    loss = copy / "methods" / "sgr.py"
+    text = loss.read_text()
+    assert text.count(edit[0]) == 1
+    loss.write_text(text.replace(*edit))
+    users = 0
+    for eid, module in _experiment_modules().items():
+        moved = changed_files(behaviour_fingerprint(module), behaviour_fingerprint(module, copy))
+        uses = loss in _closure(module, copy)
+        users += uses
+        assert moved == (named if uses else []), eid
+    assert users, "no experiment runs methods/sgr.py: the test would prove nothing"
+
+
+@pytest.fixture
+def smoke_record(tmp_path, monkeypatch):
+    """lga.prop1 computed at smoke in a scratch store, stamped with its canary as `canary.stamp` does."""
+    from gradalign.canary import _torch_version, run_canary
+    from gradalign.results import ResultStore
+    from gradalign.runner import run
+
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    record = run("lga.prop1", "smoke", store=ResultStore(tmp_path / "results"), device="cpu", force=True)
+    record["provenance"]["canary"] = {"digest": run_canary("lga.prop1"), "torch": _torch_version()}
+    return record
+
+
+def _as_if_code_changed(record: dict, name: str = "shells_prop1") -> dict:
+    """The record as if computed by other code: one file's bytes and one definition's digest differ."""
+    provenance = {**record["provenance"]}
+    provenance["code"] = {**provenance["code"], next(iter(provenance["code"])): "0" * 16}
+    provenance["behaviour"] = {**provenance["behaviour"], name: "0" * 16}
+    return {**record, "provenance": provenance}
+
+
+def test_a_fresh_record_is_current_and_an_edited_file_with_the_same_definitions_stays_current(smoke_record):
+    from gradalign.canary import code_status
+
+    assert code_status(smoke_record)["state"] == "current"
+    bytes_only = {**smoke_record, "provenance": {**smoke_record["provenance"]}}
+    bytes_only["provenance"]["code"] = {k: "0" * 16 for k in smoke_record["provenance"]["code"]}
+    status = code_status(bytes_only, run=False)
+    assert status["state"] == "current" and "no definition changed" in status["why"]
+
+
+def test_a_change_the_canary_does_not_see_is_current_by_canary_and_names_what_changed(smoke_record):
+    from gradalign.canary import code_status, stale_files
+
+    name = next(iter(smoke_record["provenance"]["behaviour"]))
+    status = code_status(_as_if_code_changed(smoke_record, name))
+    assert status["state"] == "current by canary" and status["why"] == "smoke canary identical"
+    assert status["changed"] and status["changed"][0].startswith(name)
+    assert stale_files(_as_if_code_changed(smoke_record, name)) == []
+
+
+@pytest.mark.parametrize(
+    "canary, why",
+    [
+        ({"digest": "f" * 16}, "smoke canary differs"),
+        ({"digest": None}, "no smoke canary stored with the record"),
+        (None, "no smoke canary stored with the record"),
+        ({"digest": "f" * 16, "torch": "1.0"}, "its canary ran under torch 1.0"),
+    ],
+)
+def test_a_record_whose_canary_differs_or_is_missing_is_stale(smoke_record, canary, why):
+    from gradalign.canary import code_status, stale_files
+
+    record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
+    if canary is None:
+        record["provenance"].pop("canary")
+    else:
+        record["provenance"]["canary"] = {"torch": record["provenance"]["canary"]["torch"], **canary}
+    status = code_status(record)
+    assert status["state"] == "stale" and status["why"] == why
+    assert stale_files(record) == status["changed"] != []
+
+
+def test_the_canary_leaves_timing_out_of_its_digest_and_nothing_else():
+    from gradalign.canary import outcome_digest
+
+    record = {"metrics": {"error": 0.25, "train_seconds": 3.0, "benchmark": {"jvp_over_fd": 1.2}}, "curves": {}}
+    timed = {**record, "metrics": {**record["metrics"], "train_seconds": 9.0, "benchmark": {"jvp_over_fd": 2.0}}}
+    assert outcome_digest(timed) == outcome_digest(record)
+    assert outcome_digest({**record, "metrics": {**record["metrics"], "error": 0.2500001}}) != outcome_digest(record)
