@@ -65,6 +65,7 @@ LAYERS = [
         "gpu_window",
         "gpu_import",
         "import_checks",
+        "recheck",
         "window_carry",
         "window_pool",
         "window_report",

@@ -3,10 +3,11 @@
 Layout: `<root>/<part>/<id>/<preset>-<hash>.json`, root = `$GRADALIGN_RESULTS` or `results/` of the
 checkout. The hash covers the resolved config and the experiment's hand-bumped version, so a record
 is reused only for exactly the computation it describes. Writes are atomic and strict JSON (no NaN).
-A record carries a digest of its content, and its verdict must follow from its checks and scope, so
-an edited record is caught. A record that fails any check (it does not parse, is cut short, has another
-schema or key, a config that does not hash to its key, an edited verdict or content) is reported with
-a `RecordWarning` and treated as missing, so the caller recomputes it; reports skip it silently.
+A record carries a digest of its content, its verdict must follow from its checks and scope, and its
+checks from its metrics (`recheck`), so an edited record is caught. A record that fails any check (it does
+not parse, is cut short, has another schema or key, a config that does not hash to its key, an edited
+verdict, checks or content) is reported with a `RecordWarning` and treated as missing, so the caller
+recomputes it; reports skip it silently.
 """
 
 from __future__ import annotations
@@ -166,7 +167,9 @@ def _content_problem(record: dict) -> str | None:
         )
     if record["digest"] != record_digest(record):
         return "has a digest that does not match its content (edited after it was computed)"
-    return None
+    from gradalign.recheck import checks_problem  # the checks against the metrics: a digest anyone can recompute
+
+    return checks_problem(record)
 
 
 def _same_verdict(stored: object, derived: dict) -> bool:
