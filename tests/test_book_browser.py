@@ -48,6 +48,7 @@ MEASURE = """async () => {
     : new Promise(done => { i.onload = i.onerror = done; })));
   document.querySelectorAll('details').forEach(d => { d.open = true; });  // what a reader can unfold counts
   document.querySelectorAll('.toggle-hidden').forEach(e => e.classList.remove('toggle-hidden'));
+  await new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)));  // the page reacts to it
   const article = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
   const style = getComputedStyle(article);
   const box = article.getBoundingClientRect();
@@ -108,7 +109,16 @@ MEASURE = """async () => {
     mathText: mathRoots.map(m => m.innerText).join('\\n'),
     tables: [...article.querySelectorAll('table')].filter(t => !t.closest(typeset)).map(t => {
       const r = t.getBoundingClientRect();
+      let box = t.parentElement;  // the box it scrolls in, if any: framed, with a visible hint above it
+      while (box && box !== article && !['auto', 'scroll'].includes(getComputedStyle(box).overflowX))
+        box = box.parentElement;
+      const scrolls = box && box !== article && box.scrollWidth > box.clientWidth + 1;
+      const frame = scrolls ? getComputedStyle(box) : null;
+      const hint = scrolls ? box.previousElementSibling : null;
       return {
+        scrolls: !!scrolls,
+        framed: !!frame && parseFloat(frame.borderLeftWidth) > 0 && frame.borderLeftStyle !== 'none',
+        hinted: !!hint && hint.checkVisibility() && /scroll/.test(hint.innerText),
         width: Math.max(r.width, t.scrollWidth),
         widest: Math.max(0, ...[...t.querySelectorAll('td, th')].map(c => c.getBoundingClientRect().width)),
         why: unreachable(t, {left: r.left, right: r.left + Math.max(r.width, t.scrollWidth),
@@ -118,11 +128,45 @@ MEASURE = """async () => {
     cut: [...article.querySelectorAll('.cell_output pre')].filter(p => p.scrollWidth > p.clientWidth + 1)
       .map(p => p.innerText.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '').slice(0, 100)),
     images: [...article.querySelectorAll('.cell_output img')].map(i => {
-      const r = i.getBoundingClientRect();
-      return {src: i.getAttribute('src'), natural: i.naturalWidth, shown: r.width,
+      const r = i.getBoundingClientRect(), link = i.closest('a[href]');
+      return {src: i.getAttribute('src'), natural: i.naturalWidth, shown: r.width, height: r.height,
+              naturalHeight: i.naturalHeight, opens: link ? link.href === i.src : false,
               design: parseFloat(i.getAttribute('width') || i.style.width) || null,  // the retina PNG's design size
               why: unreachable(i, r)};
     }),
+    // numbers in table cells that wrap onto two lines ("6.67e- / 04")
+    splitNumbers: [...article.querySelectorAll('table td, table th')].filter(c => c.checkVisibility()).flatMap(c => {
+      const out = [], walker = document.createTreeWalker(c, NodeFilter.SHOW_TEXT);
+      for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        if (n.parentElement.closest(code)) continue;
+        for (const m of n.data.matchAll(/[-+\\u2212]?\\d+(?:[.,]\\d+)*(?:[eE][-+\\u2212]?\\d+)?/g)) {
+          const range = document.createRange();
+          range.setStart(n, m.index);
+          range.setEnd(n, m.index + m[0].length);
+          const tops = [...range.getClientRects()].filter(q => q.width > 0).map(q => q.top);
+          if (tops.length && Math.max(...tops) - Math.min(...tops) > 2)
+            out.push(`${m[0]} in ${c.innerText.slice(0, 40)}`);
+        }
+      }
+      return out;
+    }),
+    // inline formulas whose baseline is off the text's: MathJax 2 draws each on a zero-height box at its baseline,
+    // and a zero-height box beside the formula sits on the text's (before it or after it, whichever shares its
+    // line); a formula as wide as the column has no text beside it
+    mathBaseline: [...article.querySelectorAll('span.math')]
+      .filter(m => !m.parentElement.closest('.MathJax') && m.checkVisibility()).map(m => {
+        const drawn = m.querySelector('.MathJax nobr > span.math > span');
+        if (!drawn || m.getBoundingClientRect().width >= column - 1) return null;
+        const off = ['before', 'after'].map(where => {
+          const mark = document.createElement('span');
+          mark.style.cssText = 'display: inline-block; width: 0; height: 0;';
+          m[where](mark);
+          const d = drawn.getBoundingClientRect().bottom - mark.getBoundingClientRect().bottom;
+          mark.remove();
+          return d;
+        }).reduce((a, b) => (Math.abs(a) <= Math.abs(b) ? a : b));
+        return Math.abs(off) > 1 ? `${m.textContent.trim().slice(-40)}: ${off.toFixed(1)} px` : null;
+      }).filter(x => x),
     links: [...document.querySelectorAll('a[href], img[src]')].map(e => e.href || e.src),
     header: [...document.querySelectorAll('.article-header-buttons a, .header-article-items a')]
       .map(a => ({href: a.href, text: a.innerText.trim(), title: a.getAttribute('title') || ''})),
@@ -296,21 +340,52 @@ def test_page_does_not_scroll_sideways(facts, page, width):
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("page", PAGES)
 def test_figures_are_sharp_and_legible(facts, page, width):
-    """Each figure is an SVG, or a PNG with 2 pixels per CSS pixel, shown at no less than its design size (so its
-    9 pt text stays 9 pt), and reachable (in the column or scrolling inside it)."""
+    """Each figure is an SVG, or a PNG with 2 pixels per CSS pixel, fits the column whole (no part cut off, its
+    proportions kept), and is shown at no less than its design size (so its 9 pt text stays 9 pt) or, where the
+    column is narrower (a phone), opens at full size on a tap."""
     bad = []
-    for i in facts(page, width)["images"]:
+    seen = facts(page, width)
+    for i in seen["images"]:
         name = i["src"].rsplit("/", 1)[-1][:16]
         svg = i["src"].endswith(".svg")
         design = i["design"] or (i["natural"] if svg else None)
         if not svg and i["natural"] < RETINA * i["shown"]:
             bad.append(f"{name}: {i['natural']} px PNG shown at {i['shown']:.0f} px (not 2x)")
-        elif design and i["shown"] < MIN_SCALE * design:
+        elif design and i["shown"] < MIN_SCALE * design and not i["opens"]:
             text = plotting.SMALL_PT * plotting.DPI / 96 * i["shown"] / design
-            bad.append(f"{name}: shown at {i['shown']:.0f} of {design:.0f} px, its smallest text {text:.1f} pt")
-        if i["why"]:
-            bad.append(f"{name}: {i['why']}")
+            bad.append(
+                f"{name}: shown at {i['shown']:.0f} of {design:.0f} px, its smallest text {text:.1f} pt, "
+                "and a tap does not open it full size"
+            )
+        if i["shown"] > seen["column"] + 1 or i["why"]:
+            bad.append(f"{name}: {i['shown']:.0f} px wide in the {seen['column']:.0f} px column {i['why']}")
+        if i["natural"] and i["naturalHeight"] and i["height"]:
+            stretch = (i["shown"] / i["height"]) / (i["natural"] / i["naturalHeight"])
+            if abs(stretch - 1) > 0.02:
+                bad.append(f"{name}: its proportions changed by {stretch:.2f}x")
     assert not bad, f"{page} at {width}: figures a reader cannot read: {bad[:4]}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", PAGES)
+def test_numbers_never_break_inside_a_table_cell(facts, page, width):
+    split = facts(page, width)["splitNumbers"]
+    assert not split, f"{page} at {width}: {len(split)} numbers broken across lines in table cells: {split[:4]}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", PAGES)
+def test_inline_math_sits_on_the_baseline(facts, page, width):
+    off = facts(page, width)["mathBaseline"]
+    assert not off, f"{page} at {width}: {len(off)} inline formulas off the text's baseline: {off[:4]}"
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("page", PAGES)
+def test_wide_tables_scroll_in_a_visible_frame(facts, page, width):
+    """A table wider than the column scrolls inside a box with a border and a hint above it that says so."""
+    bad = [t["head"][:30] for t in facts(page, width)["tables"] if t["scrolls"] and not (t["framed"] and t["hinted"])]
+    assert not bad, f"{page} at {width}: {len(bad)} tables scroll sideways with no frame or hint: {bad[:4]}"
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -318,3 +393,49 @@ def test_header_links_the_code(facts, book_html, page):
     target = (book_html / "book" / "get_the_code.html").as_uri()
     links = [h["href"] for h in facts(page)["header"] if h["href"].split("#")[0] == target]
     assert links, f"{page}: no 'Get the code' link in the page header: {facts(page)['header']}"
+
+
+NAV_PAGE = "notebooks/lga/01_linear_regression.html"
+PANELS = """() => {
+  const shown = (el) => !!el && el.checkVisibility({checkVisibilityCSS: true}) && el.getBoundingClientRect().width > 50
+    && el.getBoundingClientRect().right > 50 && el.getBoundingClientRect().left < window.innerWidth - 50;
+  const primary = document.getElementById('pst-primary-sidebar-modal');
+  const secondary = document.getElementById('pst-secondary-sidebar-modal');
+  return {
+    primary: (primary.open && shown(primary) && primary.querySelectorAll('a.reference').length > 5)
+      || shown(document.getElementById('pst-primary-sidebar')),
+    secondary: (secondary.open && shown(secondary) && secondary.querySelectorAll('a').length > 2)
+      || shown(document.getElementById('pst-secondary-sidebar')),
+  };
+}"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_sidebar_buttons_open_their_panels(browser, book_html, width):
+    """The ☰ (site navigation) and "on this page" buttons a reader sees open their panels: the theme bound its
+    handlers to hidden copies of them (pydata-sphinx-theme #2451); gradalign.book_script passes the click on.
+    On a wide screen the panels are open from the start, and ☰ hides the primary sidebar and shows it again."""
+    w, h = WIDTHS[width]
+    context = browser.new_context(viewport={"width": w, "height": h})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    page = context.new_page()
+    try:
+        page.goto((book_html / NAV_PAGE).as_uri(), wait_until="load")
+        page.wait_for_function("document.readyState === 'complete'")
+        for kind in ("primary", "secondary"):
+            buttons = [b for b in page.query_selector_all(f".{kind}-toggle") if b.is_visible()]
+            before = page.evaluate(PANELS)[kind]
+            if not buttons:  # a wide screen shows the panel itself, with no button
+                assert before, f"{NAV_PAGE} at {width}: no {kind} button and no {kind} panel"
+                continue
+            if before:  # open on a wide screen: the button hides it, and a second tap shows it again
+                buttons[0].click()
+                page.wait_for_timeout(300)
+                assert not page.evaluate(PANELS)[kind], f"{NAV_PAGE} at {width}: the {kind} button did not hide it"
+            buttons[0].click()
+            page.wait_for_timeout(300)
+            assert page.evaluate(PANELS)[kind], f"{NAV_PAGE} at {width}: tapping the {kind} button opened nothing"
+            page.keyboard.press("Escape")
+            page.wait_for_timeout(200)
+    finally:
+        context.close()

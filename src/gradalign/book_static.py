@@ -13,7 +13,9 @@ and points `mathjax_path` there. MathJax 2 then needs a configuration of its own
 - the wheel ships the STIX-Web web fonts only (no TeX fonts, no image fonts): `HTML-CSS.webFont`.
 
 It also adds the book's own style sheet (`BOOK_CSS`: display math, tables and figures that stay readable in
-a 390 px phone column) and, on every page, a header button to the *Get the code* page (`CODE_PAGE`).
+a 390 px phone column), its own script (`gradalign.book_script`: working sidebar buttons, numbers kept whole in
+table cells, figures that open full size, framed wide tables) and, on every page, a header button to the *Get
+the code* page (`CODE_PAGE`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from pathlib import Path
 
 from sphinx.errors import ExtensionError
 from sphinx.util.fileutil import copy_asset
+
+from gradalign.book_script import BOOK_JS, JS_NAME
 
 INSTALL = "pip install --no-deps -r requirements-static.txt (or make setup)"
 CONFIG = "TeX-AMS-MML_HTMLorMML-full"
@@ -53,11 +57,20 @@ div.math {
 div.math .MathJax_Display {
   margin: 0.4em 0;
 }
-/* Inline math: the same, and room for a glyph's overhang (a tilde, an italic) that the theme clipped. */
+/* Inline math: an inline box on the text's baseline, with room for a glyph's overhang (a tilde, an italic). The
+   theme makes it an inline flex box that clips (overflow: hidden), which cut the overhang; a box that clips or
+   scrolls takes its bottom edge as its baseline, which lifted every formula 2-8 px above the text. */
 span.math {
+  display: inline;
+  overflow: visible;
+  padding: 0 0.12em;
+}
+span.math.gradalign-wide-math {
+  display: inline-block;
+  max-width: 100%;
   overflow-x: auto;
   overflow-y: hidden;
-  padding: 0 0.12em;
+  vertical-align: bottom;
 }
 
 /* Every cell output (figures, tables, printed text) scrolls inside the column instead of widening the page. */
@@ -65,11 +78,14 @@ div.cell_output {
   max-width: 100%;
   overflow-x: auto;
 }
-/* Figures are drawn for the column at their design size (gradalign.plotting) and rendered at 2x: never shrink
-   them below it (their 9 pt labels would shrink too); where the column is narrower, the figure scrolls, and a
-   tap opens it at full size. */
+/* Figures are drawn for the column at their design size (gradalign.plotting) and rendered at 2x; where the
+   column is narrower (a phone), they shrink to it, whole, and a tap opens them at full size (gradalign.js). */
 div.cell_output img {
-  max-width: none;
+  max-width: 100%;
+  height: auto !important;
+}
+a.gradalign-figure {
+  cursor: zoom-in;
 }
 
 /* Tables (check tables, paper-vs-ours tables, DataFrames): compact, cells that wrap (a long rule, path or code
@@ -82,14 +98,34 @@ div.cell_output .output.text_html {
 article table {
   font-size: 0.9em;
 }
+/* DataFrames: a column per seed or step fits a laptop's column */
+article table.dataframe {
+  font-size: 0.8em;
+}
 article table td,
 article table th {
-  padding: 0.3em 0.45em;
+  padding: 0.3em 0.35em;
   overflow-wrap: break-word;
   max-width: 22em;
 }
+/* A cell wraps between words; a word longer than the cell breaks, a number never (gradalign.js wraps each in
+   span.gradalign-num) */
 article table td {
-  overflow-wrap: anywhere;
+  overflow-wrap: break-word;
+}
+article table .gradalign-num {
+  white-space: nowrap;
+}
+/* A table that scrolls sideways inside the column does so in a visible frame, under a hint (gradalign.js). */
+.gradalign-scrolls {
+  border: 1px solid var(--pst-color-border, #ccc) !important;
+  border-radius: 4px;
+  box-shadow: inset -8px 0 6px -6px rgba(0, 0, 0, 0.25);
+}
+.gradalign-scroll-hint {
+  font-size: 0.8em;
+  color: var(--pst-color-text-muted, #666);
+  margin: 0.2em 0;
 }
 article table code {
   white-space: normal;
@@ -149,6 +185,7 @@ def copy_mathjax(app, exception) -> None:
     if exception is None and app.builder.format == "html":
         copy_asset(str(mathjax_dir()), str(Path(app.outdir) / "_static" / "mathjax"))
         (Path(app.outdir) / "_static" / CSS_NAME).write_text(BOOK_CSS)
+        (Path(app.outdir) / "_static" / JS_NAME).write_text(BOOK_JS)
 
 
 def code_button(app, pagename, templatename, context, doctree) -> None:
@@ -174,4 +211,5 @@ def setup(app):
     app.connect("build-finished", copy_mathjax)
     app.connect("html-page-context", code_button, priority=510)
     app.add_css_file(CSS_NAME)
+    app.add_js_file(JS_NAME, loading_method="defer")
     return {"parallel_read_safe": True, "parallel_write_safe": True}
