@@ -35,9 +35,16 @@ from typing import Any
 from gradalign.atomic import write_json_atomically
 from gradalign.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint, where_defined
 
-TIMING = re.compile(r"second|time|wall|_ms\b|_s\b|per_s|throughput|speed|peak|memory|bytes|mib\b|gib\b|benchmark", re.I)
-"""Flattened metric names left out of the canary's digest: measured time and memory (and ratios of them, the
-`benchmark` entries) differ between runs."""
+TIMING = re.compile(
+    r"second|time|wall|_ms\b|_s\b|per_s|throughput|speed|peak|memory|bytes|mib\b|gib\b|benchmark|ratio_to_step", re.I
+)
+"""Flattened metric names left out of the canary's digest: measured time and memory (and ratios of them: the
+`benchmark` entries, `ratio_to_step`) differ between runs."""
+
+
+DIGITS = 10
+"""Significant digits of every float in the digest: summation order can move the last bits between two runs
+of the same code (`sgr.thm33`'s bounds differ in the 16th digit); a change in the 10th digit is a change."""
 
 
 def _leaves(value: Any, prefix: str = ""):
@@ -53,7 +60,8 @@ def _leaves(value: Any, prefix: str = ""):
 
 def outcome_digest(record: dict) -> str:
     """sha256 prefix of a record's metrics and curves, timing and memory measurements left out."""
-    kept = [(k, repr(v)) for k, v in _leaves({"metrics": record["metrics"], "curves": record.get("curves", {})})]
+    leaves = _leaves({"metrics": record["metrics"], "curves": record.get("curves", {})})
+    kept = [(k, f"{v:.{DIGITS}g}" if isinstance(v, float) else repr(v)) for k, v in leaves]
     kept = [(k, v) for k, v in kept if not TIMING.search(k)]
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
 
@@ -181,10 +189,10 @@ def stale_files(record: dict) -> list[str] | None:
     return status["changed"] if status["state"] == "stale" else []
 
 
-def stamp(store=None, echo=print) -> dict[str, int]:
+def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
     """Add the behaviour fingerprint and the smoke canary to every stored record whose library files are
-    byte for byte today's (so today's code is the code that computed it) and that lacks them. The canary runs
-    twice; two different digests leave the record without one. Counts by outcome."""
+    byte for byte today's (so today's code is the code that computed it) and that lacks them (`force`: also
+    those that have them). The canary runs twice; two different digests leave the record without one."""
     import datetime as _dt
 
     from gradalign.results import ResultStore
@@ -202,7 +210,8 @@ def stamp(store=None, echo=print) -> dict[str, int]:
             continue
         canary = provenance.get("canary")
         if (
-            isinstance(provenance.get("behaviour"), dict)
+            not force
+            and isinstance(provenance.get("behaviour"), dict)
             and isinstance(canary, dict)
             and canary.get("torch") == _torch_version()
         ):

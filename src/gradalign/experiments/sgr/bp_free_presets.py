@@ -38,7 +38,7 @@ WIDE = {
     "lrs": (0.003, 0.01, 0.03, 0.1, 0.3),
     "baseline_lrs": (0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0),
 }
-# Table 4 at the PEPITA protocol's width (1,024 units), sized to two CPU cores
+# Table 4 at the width of PEPITA's fully connected protocol (1,024 units), sized to two CPU cores
 PRESETS = {
     **PRESETS,
     "smoke": {
