@@ -156,9 +156,25 @@ def parse_override(text: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"override {text!r} must look like key=value (e.g. steps=100 or trial.lr=3e-4)")
     try:
-        return key, json.loads(raw, parse_constant=_reject_constant)
+        return key, json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_once(key))
+    except ConfigError:
+        raise
     except ValueError:  # not JSON (json.JSONDecodeError is a ValueError), or NaN/Infinity
         return key, raw
+
+
+def _once(key: str):
+    """A JSON object hook that refuses a key given twice inside the value of setting `key`."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict:
+        out: dict[str, Any] = {}
+        for name, value in items:
+            if name in out:
+                raise ConfigError(f"{key}: {name!r} is given twice in one JSON value; give each setting once")
+            out[name] = value
+        return out
+
+    return pairs
 
 
 def parse_overrides(texts: list[str], flag: str = "--set") -> dict[str, Any]:
@@ -172,7 +188,29 @@ def parse_overrides(texts: list[str], flag: str = "--set") -> dict[str, Any]:
                 f"{json.dumps(value, default=str)}); give each setting once"
             )
         overrides[key] = value
+    _refuse_overlaps(overrides, flag)
     return overrides
+
+
+def _leaf_names(key: str, value: Any) -> list[str]:
+    """The dotted settings a `key=value` sets: a JSON object sets each of its leaves."""
+    if isinstance(value, dict) and value:
+        return [leaf for name, sub in value.items() for leaf in _leaf_names(f"{key}.{name}", sub)]
+    return [key]
+
+
+def _refuse_overlaps(overrides: dict[str, Any], flag: str) -> None:
+    """One value per setting: `protocol.steps=5` with `protocol={"steps": 6}` (or `protocol=...` with any
+    `protocol.<x>=...` that it would replace) sets one setting twice."""
+    seen: dict[str, str] = {}
+    for key, value in overrides.items():
+        for leaf in _leaf_names(key, value):
+            clash = next((s for s in seen if s == leaf or s.startswith(leaf + ".") or leaf.startswith(s + ".")), None)
+            if clash is not None:
+                raise ConfigError(
+                    f"{flag} {leaf} is given twice (by {seen[clash]} and by {key}); give each setting once"
+                )
+            seen[leaf] = key
 
 
 def _reject_constant(word: str) -> float:
@@ -297,7 +335,7 @@ def _finite(value: int | float) -> bool:
 def _convert_tuple(args: tuple, value: Any) -> tuple:
     if not isinstance(value, (tuple, list)):
         raise _Mismatch
-    if not args:  # bare `tuple`: any items; nested lists become tuples too
+    if not args:  # bare `tuple`: strings and finite numbers (no bool), nested lists become tuples too
         return tuple(_deep_tuple(v) for v in value)
     if len(args) == 2 and args[1] is Ellipsis:
         return tuple(_convert(args[0], v) for v in value)
@@ -307,7 +345,10 @@ def _convert_tuple(args: tuple, value: Any) -> tuple:
 
 
 def _deep_tuple(value: Any) -> Any:
-    return tuple(_deep_tuple(v) for v in value) if isinstance(value, (list, tuple)) else value
+    if isinstance(value, (list, tuple)):
+        return tuple(_deep_tuple(v) for v in value)
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
+    return _expect(value, isinstance(value, str) or number)
 
 
 def _convert_union(args: tuple, value: Any) -> Any:

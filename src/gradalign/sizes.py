@@ -11,6 +11,7 @@ and sample counts (`n_train`, `n_test`, `train_subset`, `n_pool`, `n_labeled`, `
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from gradalign.errors import ConfigError
@@ -31,6 +32,7 @@ MAX_EPOCHS = 10_000
 MAX_REPEATS = 1_000  # seeds, trials, repeats: runs of the same computation
 MAX_DEPTH = 1_000  # layers or modules: 17x the deepest network of the four papers (VGG with 57 layers)
 MAX_WIDTH = 16_384  # a layer of this many units holds 16384^2 = 2.7e8 weights (1 GiB in float32)
+MAX_ELEMENTS = MAX_WIDTH**2  # a list of sizes ((m, n), ...): the m x n allocated by one item
 MAX_WIDTH_FACTOR = 16.0  # a network's channels x this: 256x the weights (and activations ~16x) of the paper's
 
 
@@ -69,6 +71,13 @@ def check_sizes(obj: Any) -> None:
         limit, why = rule or (MAX_COUNT, "larger sizes do not fit in memory or time")
         if ints and max(ints) > limit:
             require(obj, field.name, False, _too_big(limit, why))
+        shapes = [item for item in items if isinstance(item, tuple) and item and _all_ints(item)]
+        if shapes and max(math.prod(s) for s in shapes) > MAX_ELEMENTS:
+            require(obj, field.name, False, _too_big(MAX_ELEMENTS, "elements per item: their product is allocated"))
+
+
+def _all_ints(item: tuple) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in item)
 
 
 def _too_big(limit: float, why: str) -> str:

@@ -145,7 +145,7 @@ class RatesConfig(Config):
     M: int = 8
     batch: int = 4096  # exact-moment batch (>= 3N): its gradient is the expected gradient
     mc_samples: int = 50_000  # fresh Gaussian samples, as in the paper's simulations
-    alphas: tuple = (0.5, 1.0, 2.0)
+    alphas: tuple[float, ...] = (0.5, 1.0, 2.0)
     sigma: float = 0.1
     init_scale: float = 0.3  # W = scale·randn(M, N): eigenvalues of W Wᵀ on both sides of 1
     lr: float = 1e-2
@@ -259,7 +259,7 @@ def eigenmode_rates(cfg: RatesConfig, device) -> dict:
 
 @dataclass(frozen=True)
 class NTKConfig(Config):
-    dims: tuple = (4, 16, 64, 256, 1024, 4096)
+    dims: tuple[int, ...] = (4, 16, 64, 256, 1024, 4096)
     samples: int = 16
     M: int = 3
     repeats: int = 8

@@ -24,8 +24,8 @@ LEVELS = (0.5, 0.9)  # Figure 1: the steps each c_{k,i} takes to reach these lev
 class LinearLGAConfig(Config):
     """Shared settings of the §3.1 experiments (defaults: Figure 1's α_θ = α_w = ε_norm = 1e-3)."""
 
-    lambda_l: tuple = LAMBDAS
-    lambda_u: tuple = LAMBDAS
+    lambda_l: tuple[float, ...] = LAMBDAS
+    lambda_u: tuple[float, ...] = LAMBDAS
     b: float = 1.0  # (1/n_l) X_lᵀ y_l per coordinate, "kept constant within each plot"
     n_l: int = 32
     n_u: int = 32  # not stated in the paper: our choice (the smallest power of two >= 25 coordinates)
@@ -126,8 +126,8 @@ def figure1(cfg: LinearLGAConfig, device) -> dict:
 
 @dataclass(frozen=True)
 class Prop1Config(LinearLGAConfig):
-    lambda_l: tuple = (0.5, 1.0, 2.0)
-    lambda_u: tuple = (0.5, 1.0, 2.0)
+    lambda_l: tuple[float, ...] = (0.5, 1.0, 2.0)
+    lambda_u: tuple[float, ...] = (0.5, 1.0, 2.0)
     n_l: int = 16
     n_u: int = 16
     steps: int = 20_000

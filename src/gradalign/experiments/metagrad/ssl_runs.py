@@ -35,7 +35,7 @@ METRICS = {
 
 @dataclass(frozen=True)
 class SemiMetaConfig(Config):
-    columns: tuple = (("fashion_mnist", 1000),)  # (data set, labels) per column
+    columns: tuple[tuple[str, int], ...] = (("fashion_mnist", 1000),)  # (data set, labels) per column
     width: float = 1.0  # Conv-Large's channels × this
     dropout: float | None = None  # Conv-Large's Dropout2d rate; None: the paper's 0.5
     n_unlabeled: int = 0  # 0: every other training image outside the validation split

@@ -18,7 +18,13 @@ from gradalign.experiments.sgr.exact import EXACT, EXACT_CHOICE, NOTEBOOK, one_t
 
 @dataclass(frozen=True)
 class CostConfig(Config):
-    sizes: tuple = ((16, 8), (64, 32), (100, 300), (256, 128), (512, 1024))  # (m, n) of W for the counts
+    sizes: tuple[tuple[int, int], ...] = (
+        (16, 8),
+        (64, 32),
+        (100, 300),
+        (256, 128),
+        (512, 1024),
+    )  # (m, n) of W for the counts
     m: int = 12  # the block of the gradient comparisons (our choice)
     n: int = 9
     classes: int = 5

@@ -36,7 +36,12 @@ from gradalign.experiments.sgr.exact import (
 
 @dataclass(frozen=True)
 class ETFConfig(Config):
-    shapes: tuple = ((3, 2), (10, 10), (64, 10), (512, 100))  # (d, K) of the heads whose geometry is measured
+    shapes: tuple[tuple[int, int], ...] = (
+        (3, 2),
+        (10, 10),
+        (64, 10),
+        (512, 100),
+    )  # (d, K) of the heads whose geometry is measured
     draws: int = 1000  # Lemma C.2: random (K, d, x, y, η), η log-uniform in [0.01, 100] (our choice)
     max_classes: int = 10
 

@@ -193,7 +193,12 @@ class NonGreedyConfig(Config):
     d0: int = 4
     d: int = 3
     angles: tuple[float, ...] = (0.0, 0.1, 0.3, 0.6, 1.0)  # rotation of layer 1's head away from W (radians)
-    rates: tuple = ((1.0, 0.5), (1.0, 0.05), (1.0, 1.0), (0.3, 0.5))  # (η1 / its bound, η2's place in its range)
+    rates: tuple[tuple[float, float], ...] = (
+        (1.0, 0.5),
+        (1.0, 0.05),
+        (1.0, 1.0),
+        (0.3, 0.5),
+    )  # (η1 / its bound, η2's place in its range)
     steps: int = 2000
     kept: int = 60  # log-spaced iterations kept for the figure (all are checked)
     points: int = 20  # random points at which the constants are measured back
