@@ -88,6 +88,7 @@ MEASURE = """async () => {
     text: document.body.innerText,
     prose: prose.join('\\n'),
     outputs: [...article.querySelectorAll('.cell_output')].map(o => o.innerText),
+    cells: [...article.querySelectorAll('table td, table th')].filter(c => !c.closest(typeset)).map(c => c.innerText),
     untypeset: [...document.querySelectorAll('span.math, div.math')]  // Sphinx's, not MathJax's own span.math
       .filter(m => !m.parentElement.closest(typeset) && !m.querySelector(typeset))
       .map(m => m.textContent.trim()),
@@ -439,3 +440,18 @@ def test_sidebar_buttons_open_their_panels(browser, book_html, width):
             page.wait_for_timeout(200)
     finally:
         context.close()
+
+
+RAW_DICT = re.compile(r"\{[a-z_]+: ")  # a Python dict printed as text: `{runs: 3, worst: 4.53}`
+RAW_CELL = re.compile(r"^\s*(?:nan|NaN)\s*$|\d\.\d{6,}")  # a missing value or a raw float, in a table cell
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_raw_data_structures_or_numbers(facts, page):
+    """What a check measured reads as words and numbers (`gradalign.measured`), and a table cell shows neither
+    `nan` nor a raw six-decimal float."""
+    seen = facts(page)
+    found = snippets(RAW_DICT, seen["prose"])  # code cells may hold dict literals
+    assert not found, f"{page}: a data structure printed as text: {found}"
+    raw = [c for c in seen["cells"] if RAW_CELL.search(c)]
+    assert not raw, f"{page}: {len(raw)} table cells show nan or a raw float, e.g. {raw[:4]}"

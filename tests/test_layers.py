@@ -57,6 +57,7 @@ LAYERS = [
         "rederive",
         "comparison",
         "report",
+        "measured",
         "pages",
         "bench",
         "sweep",

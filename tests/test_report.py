@@ -183,7 +183,7 @@ def test_markdown_cells_escape_pipes_and_round_values():
     table = checks_markdown({"checks": {"a_b": check(False, 0.123456, "|x| < 1", "claim")}})
     assert "\\|x\\| < 1" in table and "0.123" in table and "0.123456" not in table
     assert table.splitlines()[2].startswith("| ✘ |")  # the pass mark first
-    assert format_value({"lga": 0.123456, "n": 3}) == "{lga: 0.123, n: 3}"
+    assert format_value({"lga": 0.123456, "n": 3}) == "lga: 0.123; n: 3"
 
 
 def test_a_finished_learning_value_reads_as_words():
@@ -285,3 +285,82 @@ def test_our_table_cells_say_their_spread_is_a_standard_deviation():
     assert mean_std_cell({"mean": 12.634, "std": 0.52, "n": 3}) == "12.63 ± 0.52 sd"
     assert mean_std_cell({"mean": 12.634, "std": 0.0, "n": 1}) == "12.63"  # one seed: no spread
     assert mean_std_cell({"mean": 10.0, "std": 0.0, "n": 3, "diverged": 1}) == "10.00 ± 0.00 sd (1 diverged)"
+
+
+def committed_values():
+    """(record id, table, name, value) of every check and precondition of every committed record."""
+    import json
+
+    from gradalign.environment import project_root
+
+    root = project_root() / "results"
+    for path in sorted(root.glob("*/*/*.json")):
+        if path.parts[-3] in ("runs", "windows", "bench"):
+            continue
+        record = json.loads(path.read_text())
+        for table in ("checks", "preconditions", "targets"):
+            for name, c in (record.get(table) or {}).items():
+                yield record, table, name, c["value"]
+
+
+def test_every_measured_value_in_the_committed_records_reads_as_words_and_numbers():
+    """The "measured" column: no Python dict (`{runs: 3, ...}`), no `nan`, no raw 6-decimal number, for every kind
+    of check and precondition value the committed records hold."""
+    import re
+
+    from gradalign.measured import format_value
+
+    seen, bad = 0, []
+    for record, table, name, value in committed_values():
+        for page in (True, False):
+            text = format_value(value, page)
+            seen += 1
+            if re.search(r"\{[^}]*: ", text) or re.search(r"\bnan\b", text) or re.search(r"\d\.\d{6,}", text):
+                bad.append(f"{record['id']} {table} {name}: {text[:120]}")
+            if not text.strip() or text.startswith(("{", "[")):
+                bad.append(f"{record['id']} {table} {name}: {text[:120]!r}")
+    assert seen > 100, "no committed records found"
+    assert not bad, f"{len(bad)} measured values not in words, e.g. {bad[:5]}"
+
+
+def test_each_precondition_kind_in_words():
+    from gradalign.measured import format_value, number
+
+    assert format_value({"runs": 3, "worst": 4.53, "worst_run": "vat/250/seed 1"}) == (
+        "worst run 4.53 % error (vat/250/seed 1; 3 runs)"
+    )
+    assert format_value({"arms": 12, "fewest": 3}) == "fewest seeds in an arm: 3 (12 arms)"
+    assert format_value({"arms": 1}) == "1 arm checked"
+    assert format_value({"least": 0.6324, "mean": 0.6408, "trials": 25}) == "mean 0.641, least 0.632 over 25 trials"
+    assert format_value({"control": "lga.alpha_w = 0", "control_runs_missing": 18}) == (
+        "control (lga.alpha_w = 0): 18 runs missing"
+    )
+    near = {"250 labels": {"baseline": 23.76, "gap": -0.56, "reference": 24.32}}
+    assert format_value(near) == "250 labels: baseline 23.76 vs reference 24.32 (gap -0.56)"
+    gains = {"arms_checked": 2, "gain_from_half": {"fashion_mnist/sgr": 2.917, "fashion_mnist/layerwise": 3.5}}
+    assert format_value(gains, page=False) == (
+        "2 arms checked; gain from half the budget to the full one: Fashion-MNIST/sgr +2.92; "
+        "Fashion-MNIST/layerwise +3.5"
+    )
+    nested = {"fashion_mnist/plainnet32": {"layer-wise": 0.000798, "ratio": 0.21, "sgr": 0.000167}}
+    assert format_value(nested, page=False) == (
+        "Fashion-MNIST/plainnet32: (layer-wise: 7.98×10⁻⁴; ratio: 0.21; sgr: 1.67×10⁻⁴)"
+    )
+    assert [number(x) for x in (3121802, 0.0, float("nan"), True, 1.0135)] == [
+        "3,121,802",
+        "0",
+        "not a number",
+        "yes",
+        "1.01",
+    ]
+
+
+def test_a_verdict_reason_names_claims_not_check_ids():
+    from gradalign.measured import reason_text
+
+    for record, table, name, _ in committed_values():
+        if table != "checks" or record["verdict"]["status"] == "reproduced":
+            continue
+        text = reason_text(record)
+        ids = [n for n in (*record["checks"], *record.get("preconditions", {})) if "_" in n and n in text]
+        assert not ids, f"{record['id']}: the reason names check ids {ids}: {text}"

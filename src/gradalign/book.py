@@ -311,9 +311,11 @@ def add_downloads(target: Path, records: list[tuple[dict, Path]], src: Path) -> 
     for record, path in records:
         json_file, csv_file = write_downloads(record, path, src / "data" / record["id"])
         rel = lambda p: os.path.relpath(p, target.parent)
+        # a record with no curves has a CSV of its header row only: not offered
+        curves = len(csv_file.read_text().splitlines()) > 1
         lines.append(
-            f"- `{record['id']}` at preset `{record['preset']}`: {{download}}`record (JSON) <{rel(json_file)}>`, "
-            f"{{download}}`curves (CSV) <{rel(csv_file)}>`"
+            f"- `{record['id']}` at preset `{record['preset']}`: {{download}}`record (JSON) <{rel(json_file)}>`"
+            + (f", {{download}}`curves (CSV) <{rel(csv_file)}>`" if curves else " (it stores no curves)")
         )
     nb = nbformat.read(target, as_version=4)
     cells = [c for c in nb.cells if DOWNLOADS_TAG not in c.get("metadata", {}).get("tags", [])]

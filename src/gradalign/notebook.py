@@ -42,9 +42,13 @@ def checks_table(record: dict):
 
 def assert_checks(record: dict) -> None:
     """Fail the notebook when a derivation check fails."""
+    from gradalign.measured import format_value
+
     failed = {k: c for k, c in record["checks"].items() if not c["passed"]}
     if failed:
-        lines = "; ".join(f"{k}: {c['rule']} (measured {c['value']})" for k, c in failed.items())
+        lines = "; ".join(
+            f"{k}: {c['rule']} (measured {format_value(c['value'], page=False)})" for k, c in failed.items()
+        )
         raise AssertionError(f"{record['id']} at preset {record['preset']}: {lines}")
 
 

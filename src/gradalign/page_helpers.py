@@ -328,3 +328,18 @@ def per_seed_table(record: dict):
         if "per_seed" in c
     }
     return pd.DataFrame(rows).T if rows else None
+
+
+def readable(frame):
+    """A DataFrame's numbers as a page shows them (`measured.number`: three significant digits, a small one as a
+    power of ten, never "0.000798" or "1.013500"), and a missing value as "—", never "nan"."""
+    import math
+
+    from gradalign.measured import number
+
+    def one(v):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return "—"
+        return number(v) if isinstance(v, (int, float)) else v
+
+    return frame.map(one)

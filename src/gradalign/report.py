@@ -14,11 +14,12 @@ from gradalign.elements import ELEMENTS, PAPER_ELEMENTS, PARTS, is_study
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.claim_scope import OUR_READING, counted, on_substitute, run_sets
 from gradalign.experiments.validity import evidence_of
+from gradalign.measured import breakable, format_value, reason_text
 from gradalign.record_text import duration, seeds_text, time_text, where_computed
 from gradalign.results import ResultStore
 from gradalign.runner import element_status, stale_files, stored_record
 from gradalign.toc import in_book
-from gradalign.verdict import STATUSES, reason
+from gradalign.verdict import STATUSES
 
 NO_RECORD = "no stored record"
 NOT_BUILT = "not yet built"
@@ -82,66 +83,6 @@ def page_link(element_id: str, base: str) -> str:
 def cell(text: object) -> str:
     """Text safe inside a Markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def breakable(name: str) -> str:
-    """A check name that may wrap after its underscores (zero-width spaces), so narrow columns fit."""
-    return name.replace("_", "_\u200b")
-
-
-def _signed(x: float) -> str:
-    return f"{x:+.3g}"
-
-
-def format_value(value, page: bool = True) -> str:
-    """A check's measured value in words; `page`: keys may wrap after their underscores (a narrow table column),
-    not in a terminal."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return ", ".join(value) if value else "none"
-    if isinstance(value, list) and len(value) <= 12 and all(isinstance(v, (int, float, type(None))) for v in value):
-        return "[" + ", ".join("—" if v is None else format_value(v, page) for v in value) + "]"
-    if isinstance(value, list):
-        return "per-curve values in the record"
-    if isinstance(value, dict) and {"a", "b", "diff", "se"} <= set(value):  # a comparison (`rules.compare`)
-        n = f", n = {value['n_a']}/{value['n_b']}" if "n_a" in value else ""
-        tie = " (tie)" if value.get("tie") else ""
-        text = f"{value['a']:.4g} vs {value['b']:.4g}: d = {_signed(value['diff'])} ± {value['se']:.3g} SE{n}{tie}"
-        if "ci95" in value:  # rules version 4: Welch's t, its degrees of freedom, the interval and the decision
-            low, high = value["ci95"]
-            t = value["t"] if isinstance(value["t"], str) else f"{value['t']:.3g}"
-            text += f", t = {t}, ν = {value['nu']:.3g}, 95 % CI [{low:.3g}, {high:.3g}]: {value['decision']}"
-            if "detectable" in value:
-                text += f" (detectable at 80 % power: {value['detectable']:.3g})"
-        return text
-    if isinstance(value, dict) and {"finished", "runs", "still_improving"} <= set(value):
-        return _finished_words(value, page)
-    if isinstance(value, dict):
-        key = breakable if page else str
-        return "{" + ", ".join(f"{key(str(k))}: {format_value(v, page)}" for k, v in value.items()) + "}"
-    return str(value)
-
-
-def _finished_words(value: dict, page: bool) -> str:
-    """A finished-learning precondition's value (`rules.finished_learning`, `budget_rule.finished_with_budget`)."""
-    still = value["still_improving"]
-    text = f"{value['finished']} of {value['runs']} runs finished; still improving: {format_value(still, page)}"
-    if value.get("too_few_evaluations"):
-        text += f"; too few evaluations: {value['too_few_evaluations']}"
-    checked = value.get("budget_checked") or {}
-    if checked:
-        arms = [
-            f"{breakable(k) if page else k} {c['full']:.4g} vs {c['half']:.4g} ({_signed(c['gain'])}"
-            + (f" ± {c['se']:.2g} SE" if c.get("se") is not None else "")
-            + ": "
-            f"{'finished' if c['finished'] else 'not finished'})"
-            for k, c in checked.items()
-        ]
-        text += "; budget check, full budget vs half: " + ", ".join(arms)
-    return text
 
 
 def mark(c: dict) -> str:
@@ -235,7 +176,7 @@ def with_scale(status: str, scale: str, why: str = "") -> str:
 def verdict_text(record: dict) -> str:
     """The record's verdict with its reason, its parts and its scale, and what it can speak for
     (`experiments.claim_scope`): a substitute data set, or claims that are our reading."""
-    why = reason(record["verdict"], record["preconditions"])
+    why = reason_text(record)
     checks = record["checks"]
     if record["verdict"]["status"] == "not reproduced" and len(checks) > 1:  # an AND-verdict shows its parts
         why += f"; {sum(c['passed'] for c in checks.values())} of {len(checks)} claims passed"
