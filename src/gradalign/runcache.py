@@ -34,6 +34,7 @@ from gradalign.atomic import (
     write_json_atomically,
 )
 from gradalign.errors import ConfigError
+from gradalign.store_root import env_folder
 
 SCHEMA = 1
 FIELDS = ("schema", "kind", "key", "version", "spec", "value", "digest")
@@ -59,9 +60,7 @@ warnings.simplefilter("always", RunCacheWarning)
 
 def cache_root() -> Path:
     """$GRADALIGN_CACHE, else ${XDG_CACHE_HOME:-~/.cache}/gradalign; ConfigError when that is not a folder."""
-    if "GRADALIGN_CACHE" in os.environ and not os.environ["GRADALIGN_CACHE"].strip():
-        raise ConfigError("GRADALIGN_CACHE is set but empty; give it a folder, or unset it for the default")
-    if os.environ.get("GRADALIGN_CACHE"):
+    if env_folder("GRADALIGN_CACHE", "the default (${XDG_CACHE_HOME:-~/.cache}/gradalign)"):
         root, source = Path(os.environ["GRADALIGN_CACHE"]).expanduser(), "GRADALIGN_CACHE"
     else:
         root, source = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gradalign", "XDG_CACHE_HOME"

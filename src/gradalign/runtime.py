@@ -65,11 +65,12 @@ def select_device(name: str = "auto"):
 
 
 def threads_from_env() -> int:
-    """The CPU thread count of runs: GRADALIGN_THREADS (an integer in [1, 1024]); unset or empty: 2."""
+    """The CPU thread count of runs: GRADALIGN_THREADS (an integer in [1, 1024], ASCII digits only: int() would
+    also take a full-width "２" or an Arabic-Indic digit); unset or empty: 2."""
     raw = os.environ.get(THREADS_VARIABLE, "")
     if not raw.strip():
         return DEFAULT_THREADS
-    if not re.fullmatch(r"\s*\+?\d+\s*", raw) or int(raw) < 1:
+    if not re.fullmatch(r"\s*\+?[0-9]+\s*", raw, re.ASCII) or int(raw) < 1:
         raise ConfigError(f"{THREADS_VARIABLE} must be an integer >= 1; got {raw!r}")
     if int(raw) > MAX_THREADS:
         raise ConfigError(f"{THREADS_VARIABLE} must be an integer >= 1 and <= {MAX_THREADS}; got {raw!r}")

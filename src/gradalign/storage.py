@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from gradalign.errors import ConfigError
+from gradalign.store_root import env_folder
 
 
 @contextlib.contextmanager
@@ -40,8 +41,8 @@ def result_store(given: str | None):
 
     if given is not None and not given.strip():
         raise ConfigError("--results is empty; give a folder, or leave it out for $GRADALIGN_RESULTS or ./results")
-    if given is None and "GRADALIGN_RESULTS" in os.environ and not os.environ["GRADALIGN_RESULTS"].strip():
-        raise ConfigError("GRADALIGN_RESULTS is set but empty; give it a folder, or unset it for ./results")
+    if given is None:
+        env_folder("GRADALIGN_RESULTS", "./results")
     return ResultStore(given) if given else ResultStore()
 
 
@@ -141,9 +142,8 @@ def check_results_exist(root: Path) -> None:
 
 def check_data_env() -> None:
     """An empty GRADALIGN_DATA is refused, as an empty GRADALIGN_RESULTS or GRADALIGN_CACHE is (the data loaders
-    would read it as unset and fall back to the checkout's data/)."""
-    if "GRADALIGN_DATA" in os.environ and not os.environ["GRADALIGN_DATA"].strip():
-        raise ConfigError("GRADALIGN_DATA is set but empty; give it a folder, or unset it for ./data")
+    refuse it too, through the same rule: `store_root.env_folder`)."""
+    env_folder("GRADALIGN_DATA", "./data")
 
 
 def write_text(path: Path, text: str) -> Path:

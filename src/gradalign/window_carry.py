@@ -3,12 +3,12 @@
 A window's time box stops a run at a checkpoint (`training.loop`), kept in that machine's run cache, which the next
 window (a fresh machine) does not have. So a window bundles the checkpoints of its stopped units into files of its
 `--out` (`carry_files`, at most `gpu_window.MAX_FILE_BYTES` each); `gradalign import` checks each (its name, and the
-header and SHA-256 of the one checkpoint format, `training.checkpoint`) and places it in the checkout's
-`window-carry/` folder (git-ignored: weights are never committed); the next window is started with that folder
-carried beside the checkout, copies each checkpoint into its run cache, and the run resumes where the last window
-stopped it. Loading checks the checkpoint again (digest, and the fingerprint of its run), so a damaged or foreign
-one starts its run over, never corrupts it. A carried checkpoint whose run has since been committed is deleted on
-import.
+header and SHA-256 of the one checkpoint format, by the loader's own `training.checkpoint.checkpoint_problem`) and
+places it in the checkout's `window-carry/` folder (git-ignored: weights are never committed); the next window is
+started with that folder carried beside the checkout, copies each checkpoint into its run cache, and the run resumes
+where the last window stopped it. Loading checks the checkpoint again (digest, and the fingerprint of its run), so a
+damaged or foreign one starts its run over, never corrupts it. A carried checkpoint whose run has since been
+committed is deleted on import.
 
 Each checkpoint travels gzip-compressed (`<key>.pt.gz`), in up to `CARRY_FILES` tar files (`carry_files`): one
 VGG-57 checkpoint of Table 7 at width ×0.125 is 15.2 MiB, over a window's per-file limit of 15 MiB, and 13.9 MiB
@@ -18,16 +18,14 @@ compressed; two windows on 2026-11-27 left such checkpoints behind.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
-import json
 import re
 import tarfile
 import zlib
 from pathlib import Path
 
 from gradalign.atomic import write_atomically
-from gradalign.training.checkpoint import MAX_HEADER_BYTES, header_problem
+from gradalign.training.checkpoint import checkpoint_problem
 
 CARRY_FILE = "checkpoints.tar"  # the first; then checkpoints-2.tar ... (`carry_files`)
 CARRY_FILES = 3  # of a window's 8 files (`gpu_window.MAX_FILES`)
@@ -83,25 +81,6 @@ def bundle(
 
         write_atomically(out_file, write, binary=True)
     return carried, left
-
-
-def checkpoint_problem(raw: bytes) -> str | None:
-    """What is wrong with a checkpoint's bytes (header and payload digest of `training.checkpoint`'s format).
-    `load_checkpoint` makes the same checks when the run resumes; they are not factored out of it because any edit of
-    `training/checkpoint.py` moves the code fingerprint of every training record."""
-    head, _, payload = raw.partition(b"\n")
-    try:
-        if len(head) > MAX_HEADER_BYTES:
-            raise ValueError
-        header = json.loads(head.decode())
-    except (UnicodeDecodeError, ValueError):
-        return "has no readable checkpoint header"
-    problem = header_problem(header)
-    if problem:
-        return problem
-    if len(payload) != header["bytes"] or hashlib.sha256(payload).hexdigest() != header["sha256"]:
-        return "is cut short or edited (its digest does not match)"
-    return None
 
 
 MAX_MEMBER_BYTES = 64 * 2**20  # a member as stored in the tar (a window's file is at most 15 MiB)

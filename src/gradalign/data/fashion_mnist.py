@@ -1,9 +1,10 @@
 """Fashion-MNIST through torchvision, found offline.
 
-Where we look, in order: `root` if given, `$GRADALIGN_DATA`, `data/` of the checkout. torchvision
-reads the gunzipped IDX files from `<root>/FashionMNIST/raw/`; when they are missing there but the
+Where we look, in order: `root` if given, `$GRADALIGN_DATA` (set but empty is refused), `data/` of the checkout.
+torchvision reads the gunzipped IDX files from `<root>/FashionMNIST/raw/`; when they are missing there but the
 Debian package `dataset-fashion-mnist` is installed (`/usr/share/datasets/fashion-mnist/*.gz`),
-`prepare_fashion_mnist` unpacks them. Otherwise a one-line `DataNotFoundError` says how to get them.
+`prepare_fashion_mnist` unpacks them (a failed write leaves no partial file). Otherwise a one-line
+`DataNotFoundError` says how to get them.
 
 The IDX files are read and validated here (`read_idx`), not by torchvision: the magic number (unsigned bytes,
 3 dimensions for images, 1 for labels), the image size (28 x 28), the file's length against its header (a
@@ -13,8 +14,8 @@ file cut short or with bytes beyond its data), at least one image, as many label
 
 from __future__ import annotations
 
+import contextlib
 import gzip
-import os
 import shutil
 import zlib
 from pathlib import Path
@@ -23,6 +24,7 @@ import numpy as np
 
 from gradalign.environment import project_root
 from gradalign.errors import DataNotFoundError, GradalignError
+from gradalign.store_root import env_folder
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -93,7 +95,9 @@ def read_split(raw: Path, train: bool):
 
 
 def data_root(root: str | Path | None = None) -> Path:
-    return Path(root or os.environ.get("GRADALIGN_DATA") or project_root() / "data")
+    """`root` when given, else `$GRADALIGN_DATA`, else `data/` of the checkout; an empty GRADALIGN_DATA is a one-line
+    ConfigError (`store_root.env_folder`, the rule of every folder variable), never read as unset."""
+    return Path(root or env_folder("GRADALIGN_DATA", "./data") or project_root() / "data")
 
 
 def raw_dir(root: str | Path | None = None) -> Path:
@@ -113,13 +117,21 @@ def prepare_fashion_mnist(root: str | Path | None = None, source: Path = DEBIAN_
         try:
             with gzip.open(source / f"{name}.gz", "rb") as src, open(tmp, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-            tmp.unlink(missing_ok=True)
+            tmp.replace(raw / name)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:  # BadGzipFile is an OSError: caught first
+            _remove(tmp)
             raise MalformedDataError(
                 f"{source / name}.gz is not a whole gzip file ({err}); reinstall the package"
             ) from None
-        tmp.replace(raw / name)
+        except OSError:  # a full disk, a read-only folder: no partial file left behind
+            _remove(tmp)
+            raise
     return raw
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
 
 
 def load_fashion_mnist(train: bool = True, root: str | Path | None = None, download: bool = False):

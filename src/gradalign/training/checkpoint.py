@@ -4,7 +4,8 @@ A checkpoint belongs to one run, named by its fingerprint (a hash of everything 
 run). Loading checks the header's schema (exactly the fields format, fingerprint, sha256, bytes, of their
 types; no key twice) and the payload's digest, so a file cut short, edited or with a malformed header is
 reported and the run starts over. A checkpoint of another run is set aside (renamed beside it, reported) and
-the run starts fresh. Writes are atomic.
+the run starts fresh. Writes are atomic. These checks are the format's one validation (`parse_checkpoint`,
+`payload_problem`, `checkpoint_problem`): a GPU window's carried checkpoints (`window_carry`) go through them too.
 """
 
 from __future__ import annotations
@@ -91,6 +92,36 @@ def header_problem(header: object) -> str | None:
     return None
 
 
+def parse_checkpoint(raw: bytes) -> tuple[dict | None, bytes, str | None]:
+    """(header, payload, None) of a checkpoint's bytes whose header line parses (no key twice) and is well-formed
+    (`header_problem`); (None, b"", why) otherwise. The payload is not checked yet (`payload_problem`)."""
+    head, _, payload = raw.partition(b"\n")
+    try:
+        if len(head) > MAX_HEADER_BYTES:
+            raise ValueError("header line too long")
+        header = json.loads(head.decode(), object_pairs_hook=_unique_keys)
+    except (UnicodeDecodeError, ValueError):  # json.JSONDecodeError is a ValueError
+        return None, b"", "has no readable header"
+    problem = header_problem(header)
+    return (None, b"", problem) if problem else (header, payload, None)
+
+
+def payload_problem(header: dict, payload: bytes) -> str | None:
+    """Why the payload does not match its (well-formed) header's length and SHA-256, or None."""
+    if len(payload) != header["bytes"] or hashlib.sha256(payload).hexdigest() != header["sha256"]:
+        return "is cut short or edited (its digest does not match)"
+    return None
+
+
+def checkpoint_problem(raw: bytes) -> str | None:
+    """What is wrong with a checkpoint's bytes, whichever run it belongs to: its header, then its payload against
+    the header's digest; None when both check. The one validation of the format: `load_checkpoint` makes the same
+    checks (with the run's fingerprint between them), and `window_carry` makes these on the checkpoints a GPU window
+    carries."""
+    header, payload, problem = parse_checkpoint(raw)
+    return problem or payload_problem(header, payload)
+
+
 def load_checkpoint(path: Path | None, run_fingerprint: str, map_location="cpu") -> dict | None:
     """The saved state, or None when there is none or it is damaged (reported, deleted) or another run's
     (reported, set aside as `<name>.other-<its fingerprint>`)."""
@@ -101,21 +132,15 @@ def load_checkpoint(path: Path | None, run_fingerprint: str, map_location="cpu")
         raw = path.read_bytes()
     except OSError as err:  # a folder where the file should be, no permission
         return set_aside(path, f"cannot be read ({err.strerror or err})", "unreadable")
-    head, _, payload = raw.partition(b"\n")
-    try:
-        if len(head) > MAX_HEADER_BYTES:
-            raise ValueError("header line too long")
-        header = json.loads(head.decode(), object_pairs_hook=_unique_keys)
-    except (UnicodeDecodeError, ValueError):  # json.JSONDecodeError is a ValueError
-        return _damaged(path, "has no readable header")
-    problem = header_problem(header)
+    header, payload, problem = parse_checkpoint(raw)
     if problem:
         return _damaged(path, problem)
     if header["fingerprint"] != run_fingerprint:
         fingerprint = "".join(c for c in header["fingerprint"] if c.isalnum())[:16] or "unknown"
         return set_aside(path, f"belongs to another run (fingerprint {fingerprint})", f"other-{fingerprint}")
-    if len(payload) != header["bytes"] or hashlib.sha256(payload).hexdigest() != header["sha256"]:
-        return _damaged(path, "is cut short or edited (its digest does not match)")
+    problem = payload_problem(header, payload)
+    if problem:
+        return _damaged(path, problem)
     try:
         state = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
     except Exception as err:  # noqa: BLE001 - a payload torch cannot read, whatever torch raises
