@@ -40,6 +40,7 @@ LAYERS = [
         "timebox",
         "store_root",
         "dotted",
+        "overrides",
         "__init__",
     ),
     ("data",),

@@ -12,9 +12,10 @@ import typing
 
 import pytest
 
-from gradalign.config import _settings_class, _type_hints, parse_overrides
+from gradalign.config import _settings_class, _type_hints
 from gradalign.errors import ConfigError
 from gradalign.experiments import EXPERIMENTS
+from gradalign.overrides import parse_overrides
 
 
 def _bare_tuple(hint) -> bool:

@@ -28,11 +28,13 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from gradalign.atomic import write_json_atomically
+from gradalign.elements import PARTS
 from gradalign.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint, where_defined
 
 TIMING = re.compile(
@@ -196,7 +198,6 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
     import datetime as _dt
 
     from gradalign.results import ResultStore
-    from gradalign.elements import PARTS
 
     store = store or ResultStore()
     counts = {"stamped": 0, "already": 0, "not current": 0, "no canary": 0}
@@ -240,28 +241,44 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m gradalign.canary`: each stored record's code status; `--stamp` first stamps the current ones."""
-    import argparse
+def add_parser(sub) -> None:
+    """`gradalign stale` on the command line's subparsers."""
+    p = sub.add_parser("stale", help="each stored record: current, current by canary, or stale (and what changed)")
+    p.add_argument("--stamp", action="store_true", help="first stamp the current records with behaviour and canary")
+    p.add_argument("--results", default=None, help="results store (default: the checkout's results/)")
+    p.set_defaults(func=cmd_stale)
 
-    from gradalign.results import ResultStore
-    from gradalign.elements import PARTS
 
-    parser = argparse.ArgumentParser(prog="python -m gradalign.canary", description=__doc__.splitlines()[0])
-    parser.add_argument("--stamp", action="store_true", help="stamp current records with behaviour and canary")
-    args = parser.parse_args(argv)
-    store = ResultStore()
+def cmd_stale(args) -> int:
+    """Each stored record's code status, one line each (the canary runs where a record's code changed); exit 1
+    when any record is stale."""
+    from gradalign import storage
+
+    store = storage.result_store(args.results)
+    storage.check_results_exist(store.root)
     if args.stamp:
+        storage.check_results_writable(store.root)
         print(stamp(store))
-    stale = 0
+    counts: dict[str, int] = {}
     for path in sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json")):
         record = json.loads(path.read_text())
         status = code_status(record)
         state = status["state"] if status else "unknown"
-        stale += state == "stale"
-        detail = f": {status['why']}; changed {', '.join(status['changed'])}" if status and status["changed"] else ""
+        counts[state] = counts.get(state, 0) + 1
+        detail = f" ({status['why']}; changed: {', '.join(status['changed'])})" if status and status["changed"] else ""
         print(f"{record['id']} [{path.stem.split('-')[0]}]: {state}{detail}")
-    return 1 if stale else 0
+    print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no stored record")
+    return 1 if counts.get("stale") else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gradalign.canary [--stamp]`: the same as `gradalign stale`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gradalign.canary", description=__doc__.splitlines()[0])
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["stale", *(argv if argv is not None else sys.argv[1:])])
+    return args.func(args)
 
 
 if __name__ == "__main__":

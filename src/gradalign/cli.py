@@ -44,7 +44,8 @@ def cmd_list(args) -> int:
 def cmd_run(args) -> int:
     """Check every input, resolve (and so validate) the config, then load the stored record or compute it."""
     from gradalign import runner
-    from gradalign.config import check_preset, parse_overrides
+    from gradalign.config import check_preset
+    from gradalign.overrides import parse_overrides
     from gradalign.experiments import get
     from gradalign.runtime import check_device, threads_from_env
     from gradalign.timebox import check_minutes, time_box
@@ -108,7 +109,7 @@ def _where(provenance: dict) -> str:
 
 def _print_record(record: dict, store, loaded: bool) -> None:
     from gradalign.report import compute_time, format_value, scale_of
-    from gradalign.runner import stale_files
+    from gradalign.canary import stale_files
     from gradalign.verdict import reason
 
     prov = record["provenance"]
@@ -123,7 +124,9 @@ def _print_record(record: dict, store, loaded: bool) -> None:
         )
         changed = stale_files(record)
         if changed:
-            print(f"  stale: {len(changed)} library file(s) it ran changed since ({', '.join(changed[:3])}, …)")
+            print(
+                f"  stale: {len(changed)} definition(s) or file(s) it ran changed since ({', '.join(changed[:3])}, …)"
+            )
     else:
         print(f"  computed now in {compute_time(record)} on {_where(prov)}")
     sections = (("preconditions", "precondition "), ("checks", ""), ("targets", "target (not in the verdict) "))
@@ -332,6 +335,9 @@ def parser() -> argparse.ArgumentParser:
     from gradalign.window_cli import add_parsers as add_window_parsers  # light: torch is imported when it runs
 
     add_window_parsers(sub)
+    from gradalign.canary import add_parser as add_stale_parser
+
+    add_stale_parser(sub)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")
     b.add_argument(
         "--preset", default="auto", help="auto (largest stored record, else cpu) | smoke | cpu | gpu | paper"

@@ -316,7 +316,8 @@ def _first_line(error: Exception) -> str:
 
 def cmd_sweep(args) -> int:
     """0 when every unit is stored, 1 when some failed; bad input raises a ConfigError (the CLI: exit 2)."""
-    from gradalign.config import check_preset, parse_overrides
+    from gradalign.config import check_preset
+    from gradalign.overrides import parse_overrides
 
     from gradalign.storage import check_data_env
 
