@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-$(shell cat requirements.txt requirements-static.tx
 FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 export GRADALIGN_THREADS ?= 2
 
-.PHONY: book test setup data browser clean
+.PHONY: book test setup data browser lab clean
 
 # The HTML book in _build/html, with the source archive of the commit it was built from (its Get the code page).
 book: setup data
@@ -18,6 +18,10 @@ test: setup data browser
 	$(BIN)/ruff check src tests notebooks
 	$(BIN)/ruff format --check src tests notebooks
 	$(BIN)/python -m pytest -q
+
+# The notebooks in a live JupyterLab, with the project's kernel (.venv); the sliders work there.
+lab: setup data
+	$(BIN)/jupyter lab notebooks/ $(if $(filter 0,$(shell id -u)),--allow-root)
 
 setup: $(STAMP)
 

@@ -355,7 +355,7 @@ def how_to_run_markdown() -> str:
         "",
         "## Interactive use",
         "",
-        "Open the notebooks in Jupyter (`.venv/bin/jupyter lab notebooks/`). Each has a `parameters` cell with "
+        "Open the notebooks in JupyterLab with `make lab` (set-up included). Each has a `parameters` cell with "
         '`preset = "auto"`; set it to `smoke` for a run in seconds, or export `GRADALIGN_PRESET=smoke`. The '
         "sliders (ipywidgets) work in a live session only; the built pages show the stored results. The "
         "download button at the top of each page gives the executed notebook.",

@@ -1,0 +1,181 @@
+"""A notebook in a live JupyterLab, used as a reader of the README would: start `jupyter lab` (the README's
+`make lab`) on 127.0.0.1 with a token and the project's kernel, open an LGA page in headless Chromium, run all its
+cells at `smoke`, move one slider, and check that the figure changed and that no cell shows an error.
+
+The server's state (runtime files, workspaces, settings) and the smoke runs' records and run cache go to a
+temporary folder. Chromium is the system's (`make browser`), driven by playwright; the network beyond
+127.0.0.1 is cut off.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from gradalign.environment import project_root
+
+NOTEBOOK = "notebooks/lga/01_linear_regression.ipynb"  # Figure 1's coordinates, with λ and n_u sliders
+START_S, RUN_S = 60, 240
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A running JupyterLab: (base URL, token). Stopped (its process group) when the module ends."""
+    jupyter = Path(sys.executable).with_name("jupyter")
+    if not (jupyter.exists() and shutil.which("jupyter-lab", path=str(jupyter.parent))):
+        pytest.fail("JupyterLab is not installed in this environment (make setup installs requirements.txt)")
+    tmp = tmp_path_factory.mktemp("lab")
+    port, token = free_port(), secrets.token_hex(16)
+    env = {
+        **os.environ,
+        "GRADALIGN_PRESET": "smoke",
+        "GRADALIGN_THREADS": "1",
+        "GRADALIGN_PROGRESS": "0",
+        "GRADALIGN_RESULTS": str(tmp / "results"),
+        "GRADALIGN_CACHE": str(tmp / "cache"),
+        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
+    }
+    # every cell drawn, in view or not (JupyterLab draws only those near the view by default)
+    settings = tmp / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
+    settings.parent.mkdir(parents=True)
+    settings.write_text('{"windowingMode": "none"}')
+    env.pop("GRADALIGN_BATCH", None)  # a live session builds its widgets
+    log = (tmp / "lab.log").open("w")
+    server = subprocess.Popen(
+        [
+            str(jupyter),
+            "lab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={project_root()}",
+            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run all cells through Lab's own command
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            *(["--allow-root"] if os.geteuid() == 0 else []),  # CI containers run as root
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + START_S
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"jupyter lab did not start: {(tmp / 'lab.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base, token
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, 15)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, 9)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert path, "chromium not installed (make browser installs it)"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=path, args=["--headless", "--no-sandbox", "--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+FIGURE = """() => [...document.querySelectorAll('.jp-Notebook .widget-interact img, .jp-Notebook .widget-output img')]
+  .map(i => i.src).join(' ')"""
+STATE = """() => {  // from the notebook's model (cells out of view may not be drawn) and its kernel
+  const panel = jupyterapp.shell.currentWidget, cells = [...panel.content.model.cells].filter(c => c.type === 'code');
+  const outputs = cells.flatMap(c => c.outputs.toJSON());
+  const kernel = panel.sessionContext.session.kernel;
+  return {
+    code: cells.length,
+    ran: cells.filter(c => c.executionCount !== null).length,
+    busy: kernel.status !== 'idle',
+    errors: outputs.filter(o => o.output_type === 'error' || (o.output_type === 'stream' && o.name === 'stderr'
+      && /Traceback|Error/.test(o.text))).map(o => (o.ename ? `${o.ename}: ${o.evalue}` : o.text).slice(0, 300)),
+    sliders: document.querySelectorAll('.jp-NotebookPanel .widget-slider').length,
+  };
+}"""
+
+
+KERNEL_READY = """() => {
+  const w = jupyterapp.shell.currentWidget, s = w && w.sessionContext && w.sessionContext.session;
+  const k = s && s.kernel;
+  return k && k.connectionStatus === 'connected' && k.status === 'idle';
+}"""
+
+
+def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, chromium):
+    base, token = lab
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000})
+    context.route(
+        "**/*",
+        lambda route: (
+            route.continue_() if route.request.url.startswith(("http://127.0.0.1", "data:")) else route.abort()
+        ),
+    )
+    page = context.new_page()
+    try:
+        page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}&reset", wait_until="load")
+        page.wait_for_function(
+            "window.jupyterapp && document.querySelector('.jp-NotebookPanel .jp-Cell')", timeout=60_000
+        )
+        page.wait_for_function(KERNEL_READY, timeout=60_000)
+        page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
+        deadline = time.monotonic() + RUN_S
+        state = page.evaluate(STATE)
+        while time.monotonic() < deadline and (state["busy"] or state["ran"] < state["code"]) and not state["errors"]:
+            page.wait_for_timeout(500)
+            state = page.evaluate(STATE)
+        assert not state["errors"], f"cells show errors: {state['errors'][:3]}"
+        assert state["ran"] == state["code"], f"{state['ran']} of {state['code']} cells ran in {RUN_S} s"
+        assert not state["errors"], f"cells show errors: {state['errors'][:3]}"
+        assert state["sliders"] >= 1, "no slider in the notebook's live output"
+        page.wait_for_function(f"({FIGURE})().length > 0", timeout=60_000)
+        before = page.evaluate(FIGURE)
+
+        handle = page.locator(".jp-Notebook .widget-slider .noUi-handle").first  # λ_ℓ, a FloatLogSlider
+        handle.scroll_into_view_if_needed()
+        handle.focus()
+        for _ in range(4):
+            page.keyboard.press("ArrowRight")
+        page.wait_for_function(
+            f"(before) => {{ const now = ({FIGURE})(); return now && now !== before; }}", arg=before, timeout=60_000
+        )
+        state = page.evaluate(STATE)
+        assert not state["errors"], f"moving the slider shows errors: {state['errors'][:3]}"
+    finally:
+        context.close()
