@@ -104,13 +104,14 @@ def test_one_constant_in_one_loss_makes_exactly_its_users_stale_and_names_it(tmp
 @pytest.fixture
 def smoke_record(tmp_path, monkeypatch):
     """lga.prop1 computed at smoke in a scratch store, stamped with its canary as `canary.stamp` does."""
-    from gradalign.canary import _torch_version, run_canary
+    from gradalign.canary import FORMAT, _torch_version, run_canary
     from gradalign.results import ResultStore
     from gradalign.runner import run
 
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
     record = run("lga.prop1", "smoke", store=ResultStore(tmp_path / "results"), device="cpu", force=True)
-    record["provenance"]["canary"] = {"digest": run_canary("lga.prop1"), "torch": _torch_version()}
+    digest = run_canary("lga.prop1")[FORMAT]
+    record["provenance"]["canary"] = {"digest": digest, "format": FORMAT, "torch": _torch_version()}
     return record
 
 
@@ -171,3 +172,19 @@ def test_the_canary_leaves_timing_out_of_its_digest_and_nothing_else():
     timed = {**record, "metrics": {**record["metrics"], "train_seconds": 9.0, "benchmark": {"jvp_over_fd": 2.0}}}
     assert outcome_digest(timed) == outcome_digest(record)
     assert outcome_digest({**record, "metrics": {**record["metrics"], "error": 0.2500001}}) != outcome_digest(record)
+
+
+def test_format_2_ignores_what_lies_below_1e_12_and_a_format_1_canary_is_read_in_format_1(smoke_record):
+    from gradalign.canary import code_status, outcome_digest, run_canary
+
+    tiny = {"metrics": {"bound": 1.40435238e-12, "error": 0.25}, "curves": {}}
+    noisy = {"metrics": {"bound": 1.40432582e-12, "error": 0.25}, "curves": {}}
+    assert outcome_digest(tiny, 2) == outcome_digest(noisy, 2) and outcome_digest(tiny, 1) != outcome_digest(noisy, 1)
+    record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
+    record["provenance"]["canary"] = {
+        "digest": run_canary("lga.prop1")[1],
+        "torch": record["provenance"]["canary"]["torch"],
+    }
+    assert code_status(record)["state"] == "current by canary"  # no format named: format 1
+    record["provenance"]["canary"]["format"] = 2  # the format-1 digest read as format 2 differs
+    assert code_status(record)["state"] == "stale"

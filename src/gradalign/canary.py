@@ -44,9 +44,12 @@ TIMING = re.compile(
 `benchmark` entries, `ratio_to_step`) differ between runs."""
 
 
-DIGITS = 10
-"""Significant digits of every float in the digest: summation order can move the last bits between two runs
-of the same code (`sgr.thm33`'s bounds differ in the 16th digit); a change in the 10th digit is a change."""
+FORMATS = {1: lambda v: f"{v:.10g}", 2: lambda v: f"{round(v, 12):.10g}"}
+"""How a float enters the digest, by format (a stored canary names its format; 1 when it names none):
+10 significant digits (1), after rounding to 12 decimals (2). Summation order can move the last bits between
+two runs of the same code, and in a value that is itself a tiny difference (`sgr.thm33`'s bounds near 1e-12)
+those bits are the leading digits: format 2 ignores what lies below 1e-12. Records are stamped in `FORMAT`."""
+FORMAT = 2
 
 
 def _leaves(value: Any, prefix: str = ""):
@@ -60,10 +63,10 @@ def _leaves(value: Any, prefix: str = ""):
         yield prefix, value
 
 
-def outcome_digest(record: dict) -> str:
+def outcome_digest(record: dict, fmt: int = FORMAT) -> str:
     """sha256 prefix of a record's metrics and curves, timing and memory measurements left out."""
     leaves = _leaves({"metrics": record["metrics"], "curves": record.get("curves", {})})
-    kept = [(k, f"{v:.{DIGITS}g}" if isinstance(v, float) else repr(v)) for k, v in leaves]
+    kept = [(k, FORMATS[fmt](v) if isinstance(v, float) else repr(v)) for k, v in leaves]
     kept = [(k, v) for k, v in kept if not TIMING.search(k)]
     return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
 
@@ -90,14 +93,15 @@ def _scratch_environment(folder: Path):
                 os.environ[name] = value
 
 
-def run_canary(element_id: str) -> str:
-    """Run `element_id` at `smoke` on today's code, on the CPU at one thread, from scratch; its outcome digest."""
+def run_canary(element_id: str) -> dict[int, str]:
+    """Run `element_id` at `smoke` on today's code, on the CPU at one thread, from scratch: its outcome digest in
+    every format."""
     from gradalign.results import ResultStore
     from gradalign.runner import run
 
     with tempfile.TemporaryDirectory(prefix="gradalign-canary-") as tmp, _scratch_environment(Path(tmp)):
         record = run(element_id, "smoke", store=ResultStore(Path(tmp) / "results"), device="cpu", force=True)
-    return outcome_digest(record)
+    return {fmt: outcome_digest(record, fmt) for fmt in FORMATS}
 
 
 def _torch_version() -> str:
@@ -119,18 +123,27 @@ def _cache_path(element_id: str, behaviour: dict[str, str]) -> Path:
     return cache_root() / "canary" / element_id / f"{key}.json"
 
 
-def todays_canary(element_id: str, behaviour: dict[str, str] | None = None) -> str:
-    """Today's canary digest for `element_id`, from the cache when today's behaviour already ran it."""
+def todays_canary(element_id: str, behaviour: dict[str, str] | None = None, fmt: int = FORMAT) -> str:
+    """Today's canary digest for `element_id` in format `fmt`, from the cache when today's behaviour ran it."""
     behaviour = behaviour if behaviour is not None else behaviour_fingerprint(_module(element_id))
     path = _cache_path(element_id, behaviour)
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        cached = json.loads(path.read_text())["digest"]
+        cached = json.loads(path.read_text())["digests"][str(fmt)]
         if isinstance(cached, str):
             return cached
-    digest = run_canary(element_id)
+    digests = run_canary(element_id)
     with contextlib.suppress(OSError):
-        write_json_atomically(path, {"id": element_id, "digest": digest, "torch": _torch_version()})
-    return digest
+        stored = {str(f): d for f, d in digests.items()}
+        write_json_atomically(path, {"id": element_id, "digests": stored, "torch": _torch_version()})
+    return digests[fmt]
+
+
+def _named(name: str, places: list[str]) -> str:
+    """A changed definition with the files that hold it today; an import by its name alone (the same import in
+    forty modules is one binding, not forty changes)."""
+    if name.startswith("import "):
+        return name
+    return f"{name} ({', '.join(places)})" if places else f"{name} (removed)"
 
 
 def code_status(record: dict, run: bool = True) -> dict | None:
@@ -155,7 +168,7 @@ def code_status(record: dict, run: bool = True) -> dict | None:
         if not names:
             return {"state": "current", "changed": [], "why": f"{len(files)} file(s) edited, no definition changed"}
         places = where_defined(names, module)
-        changed = [f"{n} ({', '.join(places[n])})" if places[n] else f"{n} (removed)" for n in names]
+        changed = [_named(n, places[n]) for n in names]
     else:
         changed = files
     canary = provenance.get("canary")
@@ -165,20 +178,24 @@ def code_status(record: dict, run: bool = True) -> dict | None:
         return {"state": "stale", "changed": changed, "why": f"its canary ran under torch {canary.get('torch')}"}
     if not run and not _cache_path(record["id"], behaviour).exists():
         return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
-    if todays_canary(record["id"], behaviour) == canary["digest"]:
+    fmt = canary.get("format", 1)
+    if fmt not in FORMATS:
+        return {"state": "stale", "changed": changed, "why": f"its canary has an unknown format {fmt!r}"}
+    if todays_canary(record["id"], behaviour, fmt) == canary["digest"]:
         return {"state": "current by canary", "changed": changed, "why": "smoke canary identical"}
     return {"state": "stale", "changed": changed, "why": "smoke canary differs"}
 
 
 def _twice(element_id: str) -> str | None:
-    """The canary digest when two runs agree; None when they differ or the experiment has no smoke preset."""
+    """The canary digest (`FORMAT`) when two runs agree; None when they differ or the experiment has no smoke
+    preset."""
     from gradalign.errors import ConfigError
 
     try:
         first, second = run_canary(element_id), run_canary(element_id)
     except ConfigError:
         return None
-    return first if first == second else None
+    return first[FORMAT] if first[FORMAT] == second[FORMAT] else None
 
 
 def stale_files(record: dict) -> list[str] | None:
@@ -226,7 +243,13 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
             provenance.pop("canary", None)
             counts["no canary"] += 1
         else:
-            provenance["canary"] = {"digest": digest, "torch": _torch_version(), "preset": "smoke", "threads": 1}
+            provenance["canary"] = {
+                "digest": digest,
+                "format": FORMAT,
+                "torch": _torch_version(),
+                "preset": "smoke",
+                "threads": 1,
+            }
         record["stamped"] = {
             "date": _dt.date.today().isoformat(),
             "note": "behaviour fingerprint and smoke canary of the unchanged code",

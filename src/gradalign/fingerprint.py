@@ -159,6 +159,8 @@ def files_behaviour(paths: list[Path]) -> dict[str, str]:
     for path in paths:
         for name, digest in module_behaviour(path.read_text()).items():
             merged.setdefault(name, []).append(digest)
+    for name in [n for n in merged if n.startswith("import ")]:  # one binding, however many modules import it
+        merged[name] = sorted(set(merged[name]))
     return {
         name: digests[0] if len(digests) == 1 else file_digest("".join(sorted(digests)).encode())
         for name, digests in sorted(merged.items())
