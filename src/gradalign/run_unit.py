@@ -10,7 +10,8 @@ of one over picklable values.
 `gpu` and `paper` presets, folder = `<results>/runs`) a unit reads its entry from `<folder>/<kind>/<key>.json`
 first, then from the local run cache (which also holds the checkpoints of runs in progress), and a finished run
 is written there too (`write`): the run-cache entry (settings, metrics, curves; never weights) plus the
-`provenance` of the run (the hardware it ran on, torch, the date, its wall time), under a digest of it all.
+`provenance` of the run (the hardware it ran on, torch, the date, its wall time: of every sitting, when it resumed
+from a checkpoint, then with their number as `parts`), under a digest of it all.
 Such entries are committed with the records, so a record can be assembled from runs made on different machines
 in different sittings: `runs_read()` lists every entry an experiment read, with its hardware, for the record's
 provenance. An entry that does not check (it does not parse, another schema, kind, key, version or spec, an
@@ -96,12 +97,30 @@ class Unit:
 
 
 def _timed(compute: Callable[[Path], object], made: dict, checkpoint: Path) -> object:
-    """`compute(checkpoint)`, noting in `made` the provenance of the run (hardware from the device it names)."""
-    start = time.perf_counter()
-    value = compute(checkpoint)
-    made["provenance"] = run_provenance(value, time.perf_counter() - start)
+    """`compute(checkpoint)`, noting in `made` the provenance of the run (hardware from the device it names). Its
+    wall time is the whole run's: this sitting's, plus the training time of the sittings before it that a resumed
+    checkpoint carries (`note_resumed`; a kill, a time box, another machine's GPU window); `parts` counts them."""
+    start, earlier = time.perf_counter(), {"seconds": 0.0, "parts": 0}
+    token = _EARLIER.set(earlier)
+    try:
+        value = compute(checkpoint)
+    finally:
+        _EARLIER.reset(token)
+    made["provenance"] = run_provenance(value, time.perf_counter() - start + earlier["seconds"], earlier["parts"] + 1)
     _PROVENANCE_SIDECAR[str(checkpoint.with_suffix(".json"))] = made["provenance"]
     return value
+
+
+_EARLIER: contextvars.ContextVar[dict | None] = contextvars.ContextVar("gradalign_earlier_sittings", default=None)
+
+
+def note_resumed(seconds: float, parts: int) -> None:
+    """The training loop resumed a run from a checkpoint that carries `seconds` of training in `parts` earlier
+    sittings: counted into the wall time of the unit being computed (none outside one)."""
+    earlier = _EARLIER.get()
+    if earlier is not None:
+        earlier["seconds"] += max(float(seconds), 0.0)
+        earlier["parts"] = max(earlier["parts"], int(parts))
 
 
 _PROVENANCE_SIDECAR: dict[str, dict] = {}  # this process's computations, by entry path
@@ -116,8 +135,9 @@ def _stored_provenance(unit: Unit, root: Path | None) -> dict:
     return _PROVENANCE_SIDECAR.get(str(path)) or {"hardware": "unknown (read from the local run cache)"}
 
 
-def run_provenance(value: object, wall_time_s: float) -> dict:
-    """Where a run ran: the hardware of the device its value names (`device`), else of this machine's CPU."""
+def run_provenance(value: object, wall_time_s: float, parts: int = 1) -> dict:
+    """Where a run ran: the hardware of the device its value names (`device`), else of this machine's CPU; its wall
+    time, over all its `parts` (sittings: a resumed run's, as a record's provenance counts them, only when > 1)."""
     import torch
 
     from gradalign.environment import hardware, provenance
@@ -129,7 +149,8 @@ def run_provenance(value: object, wall_time_s: float) -> dict:
     except (RuntimeError, AssertionError, ValueError):
         device = torch.device("cpu")
     full = provenance(device, [], wall_time_s)
-    return {name: full[name] for name in ("hardware", "device", "torch", "git_commit", "wall_time_s", "date")}
+    names = ("hardware", "device", "torch", "git_commit", "wall_time_s", "date")
+    return {**{name: full[name] for name in names}, **({"parts": parts} if parts > 1 else {})}
 
 
 def entry_path(folder: Path, kind: str, key: str) -> Path:

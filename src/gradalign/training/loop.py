@@ -9,12 +9,16 @@
 - best-by-validation: the model state at the evaluation with the lowest `select` value;
 - checkpoints (`training.checkpoint`) at every evaluation or every `checkpoint_every` steps, resumed
   bitwise: the run's own state, the loop's sums and history, the global random state;
-- wall time summed over every resumed part, a progress bar, and an optional time box (`time_limit_s`,
-  `max_evals`) that stops after an evaluation and reports `complete = False`;
+- wall time summed over every resumed part (a resumed run says so once on stderr, "resumed from step N", and its
+  earlier parts' time counts into its run entry's, `run_unit.note_resumed`), a progress bar, and an optional time box
+  (`time_limit_s`, `max_evals`) that stops after an evaluation and reports `complete = False`;
 - the command's time box (`timebox`, `gradalign run --time-limit`) when the caller gives neither: the run does
   not begin once the box has closed, and a checkpointed run stops at the evaluation or checkpoint where
   another window would overrun the box, with its checkpoint written, raising `TimeBoxSpent` (the same command
   resumes it). A run without a checkpoint is not stopped midway: its work would be lost.
+- between evaluations, a run whose state holds everything a step needs (`resumes_between_evaluations = True`: the
+  LGA benchmark's, the meta-gradient runs) is stopped at the first step past its time limit, checkpointed there,
+  so a first evaluation far away (Figure 5's, 40 s in) cannot overrun the box; a run not stopped is unchanged.
 Nothing here knows a method: methods are step functions (nanoGPT-plain, no hooks).
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +35,7 @@ from typing import Callable, Protocol
 import torch
 
 from gradalign import timebox
+from gradalign.run_unit import note_resumed
 from gradalign.divergence import ChanceLevel, raise_if_at_chance, raise_if_exploded, raise_if_not_finite
 from gradalign.progress import progress
 from gradalign.training.checkpoint import load_checkpoint, save_checkpoint, set_aside
@@ -84,7 +90,8 @@ def train(
         if checkpoint is not None:
             time_limit_s = timebox.seconds_left()
     out, sums, count, tick = LoopResult(), {}, 0, time.perf_counter()
-    start = 0
+    deadline = _step_deadline(run, checkpoint, time_limit_s, tick)
+    start, parts = 0, 0  # parts: the sittings before this one
     if select is not None:
         out.best = {"step": 0, "value": math.inf, "state": copy.deepcopy(model.state_dict())}
     saved = load_checkpoint(checkpoint, run_fingerprint, map_location)
@@ -93,8 +100,9 @@ def train(
     if saved is not None:
         loop = saved["loop"]
         out.history, out.best, start, out.train_seconds = loop["history"], loop["best"], loop["step"], loop["seconds"]
-        sums, count = loop["sums"], loop["count"]
+        sums, count, parts = loop["sums"], loop["count"], loop.get("parts", 1)
         _restore_rng(loop)
+        _say_resumed(name, start, steps, len(out.history.get("step", [])), out.train_seconds, parts)
     evals_this_call, windows, begun = 0, 0, time.perf_counter()
     with progress(None, desc=name, total=steps - start) as bar:
         for t in range(start + 1, steps + 1):
@@ -121,6 +129,7 @@ def train(
             stop = t < steps and (
                 (evaluated and max_evals is not None and evals_this_call >= max_evals)
                 or (due and _time_is_up(windows, time.perf_counter() - begun, time_limit_s))
+                or (deadline is not None and time.perf_counter() > deadline)
             )
             if checkpoint is not None and (due or stop) and t < steps:
                 now = time.perf_counter()
@@ -136,6 +145,7 @@ def train(
                             "sums": sums,
                             "count": count,
                             "seconds": out.train_seconds + now - tick,
+                            "parts": parts + 1,
                             "rng": torch.get_rng_state(),
                             "cuda_rng": _cuda_rng(),
                         },
@@ -154,6 +164,26 @@ def train(
             "run the same command again to resume"
         )
     return out
+
+
+def _step_deadline(run: Run, checkpoint: Path | None, time_limit_s: float | None, began: float) -> float | None:
+    """When the loop stops the run at the first step past its time limit (checkpointed there, between evaluations):
+    only a checkpointed run whose state resumes from any step (`resumes_between_evaluations`); None otherwise."""
+    if time_limit_s is None or checkpoint is None or not getattr(run, "resumes_between_evaluations", False):
+        return None
+    return began + time_limit_s
+
+
+def _say_resumed(name: str, step: int, steps: int, evaluations: int, seconds: float, parts: int) -> None:
+    """Once per resumed run: where it goes on from (stderr, beside the progress bar); its earlier parts' training
+    time counts into the wall time of the run entry being computed (`run_unit.note_resumed`)."""
+    print(
+        f"gradalign: {name} resumed from step {step} of {steps} ({evaluations} evaluation"
+        f"{'s' if evaluations != 1 else ''} done, {seconds:.0f} s of training before)",
+        file=sys.stderr,
+        flush=True,
+    )
+    note_resumed(seconds, parts)
 
 
 def _time_is_up(windows: int, elapsed: float, time_limit_s: float | None) -> bool:

@@ -238,6 +238,8 @@ class SemiMetaRun:
     """One run's state: the model (Conv-Large unless the spec names another), its SGD optimizer, the two index
     streams and the augmentation generator."""
 
+    resumes_between_evaluations = True  # the state holds all a step reads: the loop may stop it at any step
+
     def __init__(self, spec: SemiMetaRunSpec, data: SemiMetaData, device):
         from gradalign.data.image_sets import image_set_info
 
@@ -336,8 +338,9 @@ def tsne_embedding(run: SemiMetaRun, points: int) -> dict:
 def train_semimeta(spec: SemiMetaRunSpec, device="cpu", checkpoint: Path | str | None = None) -> dict:
     """Train one run; checkpointed at every evaluation and resumed from `checkpoint` (bitwise on CPU).
 
-    Inside a command's time box the loop stops it at the evaluation where the box would overrun, checkpointed,
-    and raises `TimeBoxSpent`; a NaN, an exploded loss or a test error back at chance is a `DivergenceError`."""
+    Inside a command's time box the loop stops it at the evaluation where the box would overrun (or at the first
+    step past the box), checkpointed, and raises `TimeBoxSpent`; a NaN, an exploded loss or a test error back at
+    chance is a `DivergenceError`."""
     data = semimeta_data(spec, device)
     run = SemiMetaRun(spec, data, device)
     run.model.train()

@@ -69,6 +69,8 @@ def method(name: str) -> SSLMethod:
 class SSLRun:
     """One method's training state on one data set: what a step reads and what a checkpoint holds."""
 
+    resumes_between_evaluations = True  # the state holds all a step reads: the loop may stop it at any step
+
     def __init__(
         self,
         name: str,
@@ -178,7 +180,8 @@ def train_ssl(
 
     `checkpoint`: written atomically at every evaluation (or every `protocol.checkpoint_every` steps) and
     resumed from when present; resuming is bit-identical on CPU. Inside a command's time box (`timebox`) the
-    run stops after the evaluation where the box would overrun, checkpointed, and raises `TimeBoxSpent`.
+    run stops after the evaluation where the box would overrun, or at the first step past the box, checkpointed, and
+    raises `TimeBoxSpent`.
     """
     if len(data.x_labeled) < protocol.batch_labeled or len(data.x_unlabeled) < protocol.batch_unlabeled:
         raise ConfigError(
