@@ -109,6 +109,7 @@ def smoke_record(tmp_path, monkeypatch):
     from gradalign.runner import run
 
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))  # where today's canaries are kept
     record = run("lga.prop1", "smoke", store=ResultStore(tmp_path / "results"), device="cpu", force=True)
     digest = run_canary("lga.prop1")[FORMAT]
     record["provenance"]["canary"] = {"digest": digest, "format": FORMAT, "torch": _torch_version()}
@@ -188,3 +189,19 @@ def test_format_2_ignores_what_lies_below_1e_12_and_a_format_1_canary_is_read_in
     assert code_status(record)["state"] == "current by canary"  # no format named: format 1
     record["provenance"]["canary"]["format"] = 2  # the format-1 digest read as format 2 differs
     assert code_status(record)["state"] == "stale"
+
+
+def test_todays_canary_is_kept_beside_the_records_and_read_only_for_its_own_id_and_torch(smoke_record, tmp_path):
+    import json
+
+    from gradalign.canary import FORMAT, _cache_path, todays_canary
+    from gradalign.fingerprint import behaviour_fingerprint
+
+    behaviour = behaviour_fingerprint("gradalign.experiments.lga.linear")
+    digest = todays_canary("lga.prop1", behaviour)
+    path = _cache_path("lga.prop1", behaviour)
+    assert path.is_relative_to(tmp_path / "results" / "canaries") and json.loads(path.read_text())["id"] == "lga.prop1"
+    assert digest == smoke_record["provenance"]["canary"]["digest"]
+    entry = json.loads(path.read_text())
+    path.write_text(json.dumps({**entry, "id": "lga.fig1", "digests": {str(FORMAT): "0" * 16}}))
+    assert todays_canary("lga.prop1", behaviour) == digest  # another id's entry is not read: the canary ran again

@@ -117,10 +117,13 @@ def _module(element_id: str) -> str:
 
 
 def _cache_path(element_id: str, behaviour: dict[str, str]) -> Path:
-    from gradalign.runcache import cache_root
+    """Where today's canary of `element_id` is kept: `<results>/canaries/<id>/<key>.json`, keyed by the behaviour
+    fingerprint and the torch version. Committed with the records, so that a fresh clone does not run again the
+    canaries that cleared them (an entry is read only for its own id and torch version)."""
+    from gradalign.store_root import results_root
 
     key = hashlib.sha256(json.dumps([behaviour, _torch_version()], sort_keys=True).encode()).hexdigest()[:16]
-    return cache_root() / "canary" / element_id / f"{key}.json"
+    return results_root() / "canaries" / element_id / f"{key}.json"
 
 
 def todays_canary(element_id: str, behaviour: dict[str, str] | None = None, fmt: int = FORMAT) -> str:
@@ -128,8 +131,9 @@ def todays_canary(element_id: str, behaviour: dict[str, str] | None = None, fmt:
     behaviour = behaviour if behaviour is not None else behaviour_fingerprint(_module(element_id))
     path = _cache_path(element_id, behaviour)
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        cached = json.loads(path.read_text())["digests"][str(fmt)]
-        if isinstance(cached, str):
+        entry = json.loads(path.read_text())
+        cached = entry["digests"][str(fmt)]
+        if entry["id"] == element_id and entry["torch"] == _torch_version() and isinstance(cached, str):
             return cached
     digests = run_canary(element_id)
     with contextlib.suppress(OSError):
