@@ -69,8 +69,9 @@ class Timed:
 
 def run_seconds(entry: dict) -> float:
     """A run's training time: the larger of its entry's wall time and its value's own count (`train_seconds` or the
-    sum of `epoch_seconds`). A run resumed from a checkpoint has a wall time of its last sitting only, while the
-    values that count their time carry it over from the checkpoint."""
+    sum of `epoch_seconds`). An entry written before 2026-11-28 of a run resumed from a checkpoint has a wall time of
+    its last sitting only, while the values that count their time carry it over from the checkpoint; a newer entry's
+    wall time counts every sitting (`run_unit`, with `parts`)."""
     value = entry["value"] if isinstance(entry.get("value"), dict) else {}
     counts = [entry.get("provenance", {}).get("wall_time_s"), value.get("train_seconds")]
     epochs = value.get("epoch_seconds")
