@@ -57,6 +57,13 @@ def lab(tmp_path_factory):
     settings = tmp / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
     settings.parent.mkdir(parents=True)
     settings.write_text('{"windowingMode": "none"}')
+    # the server's root is a copy of the notebook, never the checkout: Lab saves what it runs, and the repository's
+    # notebooks keep no outputs (autosave is off as well)
+    (tmp / "root" / NOTEBOOK).parent.mkdir(parents=True)
+    shutil.copy(project_root() / NOTEBOOK, tmp / "root" / NOTEBOOK)
+    autosave = tmp / "settings" / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings"
+    autosave.parent.mkdir(parents=True)
+    autosave.write_text('{"autosave": false}')
     env.pop("GRADALIGN_BATCH", None)  # a live session builds its widgets
     log = (tmp / "lab.log").open("w")
     server = subprocess.Popen(
@@ -67,7 +74,7 @@ def lab(tmp_path_factory):
             "--ip=127.0.0.1",
             f"--port={port}",
             f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={project_root()}",
+            f"--ServerApp.root_dir={tmp / 'root'}",
             "--LabApp.expose_app_in_browser=True",  # window.jupyterapp: run all cells through Lab's own command
             "--LabApp.news_url=",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
@@ -140,6 +147,7 @@ KERNEL_READY = """() => {
 
 def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, chromium):
     base, token = lab
+    committed = (project_root() / NOTEBOOK).read_bytes()
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     context.route(
         "**/*",
@@ -179,3 +187,4 @@ def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, ch
         assert not state["errors"], f"moving the slider shows errors: {state['errors'][:3]}"
     finally:
         context.close()
+    assert (project_root() / NOTEBOOK).read_bytes() == committed, "the live session wrote into the checkout"

@@ -133,7 +133,10 @@ def test_a_record_whose_code_changed_is_stale(tmp_path):
     edited = {**record, "provenance": {**record["provenance"], "code": {**record["provenance"]["code"]}}}
     edited["provenance"]["code"]["data/shells.py"] = "0" * 16
     assert stale_files(edited) == ["data/shells.py"]
-    assert stale_text(edited).startswith("**stale**: 1 file changed since (data/\u200bshells.py")
+    assert stale_text(edited) == "current"  # the bytes moved, not one definition: current by behaviour
+    edited["provenance"]["behaviour"] = {**record["provenance"]["behaviour"], "sample_shells": "0" * 16}
+    assert stale_text(edited).startswith("**stale**: 1 definition changed since (sample_shells (data/\u200bshells.py)")
+    assert stale_text(edited).endswith("no smoke canary stored with the record")
     del edited["provenance"]["code"]
     assert stale_files(edited) is None and stale_text(edited, short=True) == "unknown"
 

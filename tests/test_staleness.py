@@ -205,3 +205,27 @@ def test_todays_canary_is_kept_beside_the_records_and_read_only_for_its_own_id_a
     entry = json.loads(path.read_text())
     path.write_text(json.dumps({**entry, "id": "lga.fig1", "digests": {str(FORMAT): "0" * 16}}))
     assert todays_canary("lga.prop1", behaviour) == digest  # another id's entry is not read: the canary ran again
+
+
+def test_a_moved_module_re_executes_no_notebook(tmp_path, monkeypatch):
+    """The book's notebook cache keys the library by behaviour: the same code in a renamed file, the same key."""
+    from gradalign import book
+    from gradalign.fingerprint import library_closure
+    from gradalign.results import ResultStore
+
+    notebook = Path(book.__file__).parents[2] / "notebooks" / "sgr" / "01_theory.ipynb"
+    store = ResultStore(tmp_path / "results")
+    before = book.input_key(notebook, "smoke", store)
+    copy = _copy_package(tmp_path)
+    (copy / "sizes.py").rename(copy / "allocation_sizes.py")
+    for path in copy.rglob("*.py"):
+        path.write_text(path.read_text().replace("gradalign.sizes", "gradalign.allocation_sizes"))
+    moved = lambda source, parents=True: library_closure(source, parents, package=copy)  # noqa: E731
+    monkeypatch.setattr(book, "library_closure", moved)
+    assert any(p.name == "allocation_sizes.py" for p in moved(book.notebook_code(notebook)))
+    assert book.input_key(notebook, "smoke", store) == before
+    (copy / "methods" / "sgr.py").write_text(
+        (copy / "methods" / "sgr.py").read_text().replace("TINY = 1e-12", "TINY = 1e-9")
+    )
+    assert any(p.name == "sgr.py" and p.parent.name == "methods" for p in moved(book.notebook_code(notebook)))
+    assert book.input_key(notebook, "smoke", store) != before  # a change of behaviour re-executes it

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gradalign.environment import project_root
 from gradalign.errors import BookBuildError, ConfigError
-from gradalign.fingerprint import PACKAGE, library_closure
+from gradalign.fingerprint import files_behaviour, library_closure
 from gradalign.results import ResultStore
 from gradalign.source_archive import code_page_markdown, repository_url, write_archive
 from gradalign.toc import toc_files
@@ -62,8 +62,9 @@ def input_key(notebook: Path, preset: str, store: ResultStore) -> str:
     digest = hashlib.sha256()
     digest.update(f"preset={preset}\nresults={store.root}\n".encode())
     digest.update(notebook.read_bytes())
-    for path in library_closure(notebook_code(notebook)):
-        digest.update(str(path.relative_to(PACKAGE)).encode() + path.read_bytes())
+    # the library by behaviour, not by bytes: a comment, a docstring or a moved function re-executes nothing
+    behaviour = files_behaviour(library_closure(notebook_code(notebook)))
+    digest.update(json.dumps(behaviour, sort_keys=True).encode())
     rel = notebook.resolve().relative_to(project_root()).as_posix()
     for exp in sorted(EXPERIMENTS.values(), key=lambda e: e.id):
         if exp.notebook == rel:

@@ -105,7 +105,7 @@ def scoreboard_markdown(preset: str, store: ResultStore, base: str) -> str:
             if group:
                 links = ", ".join(page_link(e, base) + _apart(e, records[e]) for e in group)
                 lines.append(f"- **{status}**, {evidence} ({len(group)}): {links}")
-    stale = [e for e, r in records.items() if r is not None and stale_text(r, short=True) != "current"]
+    stale = [e for e, r in records.items() if r is not None and not stale_text(r, short=True).startswith("current")]
     if stale:
         lines += [
             "",
@@ -157,10 +157,13 @@ def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> 
         "# Compute",
         "",
         "Where every number of the book was computed. One row per record the book shows (this build: preset "
-        f"`{preset}`). *Code* compares a fingerprint of the library files the experiment runs, stored in the "
-        "record, with the files of this build: **stale** means the code has changed since the record was "
-        "computed (the record's numbers are what that older code produced; `gradalign run <id> --force` "
-        "recomputes it).",
+        f"`{preset}`). *Code* says whether the library code the experiment runs could have changed its numbers "
+        "since the record was computed (`gradalign stale`): *current* when its files are byte for byte the same, "
+        "or hold the same definitions (a comment, a docstring or a moved function does not count); *current by "
+        "canary* when definitions changed but the experiment rerun at the `smoke` preset on this build's code "
+        "gives the same numbers as it did with the record's (a canary cannot see a path only a larger preset "
+        "takes, so the changed definitions are named); **stale** otherwise (the record's numbers are what the "
+        "older code produced; `gradalign run <id> --force` recomputes it).",
         "",
         "| element | preset, seeds | wall time | computed on | code |",
         "| --- | --- | --- | --- | --- |",

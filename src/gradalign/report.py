@@ -17,7 +17,8 @@ from gradalign.experiments.validity import evidence_of
 from gradalign.measured import breakable, format_value, reason_text
 from gradalign.record_text import duration, seeds_text, time_text, where_computed
 from gradalign.results import ResultStore
-from gradalign.runner import element_status, stale_files, stored_record
+from gradalign.canary import code_status
+from gradalign.runner import element_status, stored_record
 from gradalign.toc import in_book
 from gradalign.verdict import STATUSES
 
@@ -58,17 +59,20 @@ def scale_of(record: dict) -> str:
 
 
 def stale_text(record: dict, short: bool = False) -> str:
-    """current / stale (which files changed) / unknown, for the code that computed the record."""
-    changed = stale_files(record)
-    if changed is None:
+    """current / current by canary / stale (what changed) / unknown, for the code that computed the record
+    (`canary.code_status`)."""
+    status = code_status(record)
+    if status is None:
         return "unknown" if short else "unknown (the record has no code fingerprint)"
-    if not changed:
+    if status["state"] == "current":
         return "current"
-    if short:
-        return "**stale**"
+    changed = status["changed"]
     # plain text: the theme does not wrap inline code, and a path must break after its "/" in a narrow column
     shown = ", ".join(name.replace("/", "/\u200b") for name in changed[:3]) + (", …" if len(changed) > 3 else "")
-    return f"**stale**: {len(changed)} file{'s' if len(changed) != 1 else ''} changed since ({shown})"
+    what = f"{len(changed)} definition{'s' if len(changed) != 1 else ''} changed since ({shown})"
+    if status["state"] == "current by canary":
+        return "current by canary" if short else f"current by canary: {what}; its smoke canary gives the same numbers"
+    return "**stale**" if short else f"**stale**: {what}; {status['why']}"
 
 
 def page_link(element_id: str, base: str) -> str:
