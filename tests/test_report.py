@@ -367,3 +367,15 @@ def test_a_verdict_reason_names_claims_not_check_ids():
         text = reason_text(record)
         ids = [n for n in (*record["checks"], *record.get("preconditions", {})) if "_" in n and n in text]
         assert not ids, f"{record['id']}: the reason names check ids {ids}: {text}"
+
+
+def test_runs_without_their_hardware_say_so_in_words():
+    from gradalign.record_text import hardware_text, where_computed
+
+    provenance = {
+        "hardware": "CPU: AMD EPYC, 1 thread of 2 cores",
+        "runs": {"unknown (read from the local run cache)": ["isoloss.siamese/a", "isoloss.siamese/b"]},
+    }
+    text = where_computed(provenance)
+    assert "unknown" not in text and "2 runs on a machine not recorded" in text
+    assert hardware_text("CPU: AMD EPYC, 2 threads of 2 cores") == "AMD EPYC, 2 threads"

@@ -46,6 +46,9 @@ def where_computed(provenance: dict) -> str:
 
 
 def hardware_text(text: str) -> str:
-    """'CPU: Intel(R) Xeon(R) Processor, 2 threads of 2 cores' -> 'Intel Xeon, 2 threads'."""
+    """'CPU: Intel(R) Xeon(R) Processor, 2 threads of 2 cores' -> 'Intel Xeon, 2 threads'. The runs trained into
+    the local run cache before run entries kept their hardware say so, instead of "unknown"."""
+    if text.startswith("unknown (read from the local run cache)"):
+        return "a machine not recorded (trained into the local run cache before run entries kept their hardware)"
     text = re.sub(r"\((R|TM)\)| CPU\b| Processor\b|^CPU: ", "", text)
     return re.sub(r"(\d+) threads? of \d+ cores", lambda m: f"{m[1]} thread{'s' if m[1] != '1' else ''}", text)
