@@ -97,21 +97,34 @@ class Unit:
 
 
 def _timed(compute: Callable[[Path], object], made: dict, checkpoint: Path) -> object:
-    """`compute(checkpoint)`, noting in `made` the provenance of the run (hardware from the device it names). Its
-    wall time is the whole run's: this sitting's, plus the training time of the sittings before it that a resumed
-    checkpoint carries (`note_resumed`; a kill, a time box, another machine's GPU window); `parts` counts them."""
-    start, earlier = time.perf_counter(), {"seconds": 0.0, "parts": 0}
-    token = _EARLIER.set(earlier)
+    """`compute(checkpoint)`, noting in `made` the provenance of the run: its hardware is that of the device its
+    tensors lived on (`note_device`, which the training loop calls with its step's tensors), else of the device its
+    value names. Its wall time is the whole run's: this sitting's, plus the training time of the sittings before it
+    that a resumed checkpoint carries (`note_resumed`; a kill, a time box, another machine's GPU window); `parts`
+    counts them."""
+    start, earlier, devices = time.perf_counter(), {"seconds": 0.0, "parts": 0}, set()
+    token, device_token = _EARLIER.set(earlier), _DEVICES.set(devices)
     try:
         value = compute(checkpoint)
     finally:
         _EARLIER.reset(token)
-    made["provenance"] = run_provenance(value, time.perf_counter() - start + earlier["seconds"], earlier["parts"] + 1)
+        _DEVICES.reset(device_token)
+    seconds = time.perf_counter() - start + earlier["seconds"]
+    made["provenance"] = run_provenance(value, seconds, earlier["parts"] + 1, devices)
     _PROVENANCE_SIDECAR[str(checkpoint.with_suffix(".json"))] = made["provenance"]
     return value
 
 
 _EARLIER: contextvars.ContextVar[dict | None] = contextvars.ContextVar("gradalign_earlier_sittings", default=None)
+_DEVICES: contextvars.ContextVar[set | None] = contextvars.ContextVar("gradalign_run_devices", default=None)
+
+
+def note_device(device) -> None:
+    """The unit being computed trained tensors on `device` (a `torch.device`, or a tensor's or module's device):
+    its entry's hardware is this device's (`run_provenance`), by construction. Nothing outside a unit."""
+    devices = _DEVICES.get()
+    if devices is not None and device is not None:
+        devices.add(str(device))
 
 
 def note_resumed(seconds: float, parts: int) -> None:
@@ -135,14 +148,17 @@ def _stored_provenance(unit: Unit, root: Path | None) -> dict:
     return _PROVENANCE_SIDECAR.get(str(path)) or {"hardware": "unknown (read from the local run cache)"}
 
 
-def run_provenance(value: object, wall_time_s: float, parts: int = 1) -> dict:
-    """Where a run ran: the hardware of the device its value names (`device`), else of this machine's CPU; its wall
-    time, over all its `parts` (sittings: a resumed run's, as a record's provenance counts them, only when > 1)."""
+def run_provenance(value: object, wall_time_s: float, parts: int = 1, devices=()) -> dict:
+    """Where a run ran: the hardware of the device its tensors lived on (`devices`, noted by `note_device`; an
+    accelerator before the CPU when a run used both), else of the device its value names (`device`), else of this
+    machine's CPU; its wall time, over all its `parts` (sittings: a resumed run's, as a record's provenance counts
+    them, only when > 1)."""
     import torch
 
     from gradalign.environment import hardware, provenance
 
-    device = value.get("device") if isinstance(value, dict) else None
+    noted = sorted(devices, key=lambda name: (name.startswith("cpu"), name))
+    device = noted[0] if noted else value.get("device") if isinstance(value, dict) else None
     try:
         device = torch.device(device) if isinstance(device, str) else torch.device("cpu")
         hardware(device)

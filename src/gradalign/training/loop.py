@@ -35,7 +35,7 @@ from typing import Callable, Protocol
 import torch
 
 from gradalign import timebox
-from gradalign.run_unit import note_resumed
+from gradalign.run_unit import note_device, note_resumed
 from gradalign.divergence import ChanceLevel, raise_if_at_chance, raise_if_exploded, raise_if_not_finite
 from gradalign.progress import progress
 from gradalign.training.checkpoint import load_checkpoint, save_checkpoint, set_aside
@@ -107,6 +107,8 @@ def train(
     with progress(None, desc=name, total=steps - start) as bar:
         for t in range(start + 1, steps + 1):
             last = run.step(t)
+            if t == start + 1:  # where this run's tensors live: the hardware of its run entry (`run_unit`)
+                _note_devices(model, last)
             for key, value in last.items():
                 sums[key] = sums[key] + value.detach() if key in sums else value.detach().clone()
             count += 1
@@ -164,6 +166,14 @@ def train(
             "run the same command again to resume"
         )
     return out
+
+
+def _note_devices(model: torch.nn.Module | None, last: dict) -> None:
+    """The devices of the run's parameters (when the loop has its model) and of its first step's diagnostics."""
+    first = next(iter(model.parameters()), None) if model is not None else None
+    for tensor in (first, *last.values()):
+        if isinstance(tensor, torch.Tensor):
+            note_device(tensor.device)
 
 
 def _step_deadline(run: Run, checkpoint: Path | None, time_limit_s: float | None, began: float) -> float | None:
