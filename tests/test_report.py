@@ -340,6 +340,13 @@ def test_each_precondition_kind_in_words():
     )
     near = {"250 labels": {"baseline": 23.76, "gap": -0.56, "reference": 24.32}}
     assert format_value(near) == "250 labels: baseline 23.76 vs reference 24.32 (gap -0.56)"
+    # without a usable reference (a fresh store at smoke) the value holds why, as a string
+    missing = {"250 labels": {"baseline": 23.76, "reference": "no reference stored"}, "1,000 labels": {
+        "baseline": None, "reference": "no reference stored"}}  # fmt: skip
+    assert format_value(missing) == (
+        "250 labels: baseline 23.76; no reference (no reference stored); "
+        "1,000 labels: baseline not recorded; no reference (no reference stored)"
+    )
     gains = {"arms_checked": 2, "gain_from_half": {"fashion_mnist/sgr": 2.917, "fashion_mnist/layerwise": 3.5}}
     assert format_value(gains, page=False) == (
         "2 arms checked; gain from half the budget to the full one: Fashion-MNIST/sgr +2.92; "

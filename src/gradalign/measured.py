@@ -113,12 +113,17 @@ def _precondition(value: dict, page: bool) -> str | None:
         gains = "; ".join(f"{label(k)} {_signed(v)}" for k, v in value["gain_from_half"].items())
         return f"{value['arms_checked']} arms checked; gain from half the budget to the full one: {gains}"
     if value and all(isinstance(v, dict) and {"baseline", "reference"} <= set(v) for v in value.values()):
-        return "; ".join(  # near_reference, per label count
-            f"{label(k)}: baseline {_g(v['baseline'], 4)} vs reference {_g(v['reference'], 4)}"
-            + (f" (gap {_signed(v['gap'])})" if "gap" in v else "")
-            for k, v in value.items()
-        )
+        return "; ".join(_near_reference(label(k), v) for k, v in value.items())  # per label count
     return None
+
+
+def _near_reference(name: str, v: dict) -> str:
+    """One label count of `near_reference`; without a usable reference its value holds why (a string)."""
+    baseline = "not recorded" if v["baseline"] is None else _g(v["baseline"], 4)
+    if isinstance(v["reference"], str):
+        return f"{name}: baseline {baseline}; no reference ({v['reference']})"
+    gap = f" (gap {_signed(v['gap'])})" if "gap" in v else ""
+    return f"{name}: baseline {baseline} vs reference {_g(v['reference'], 4)}{gap}"
 
 
 def format_value(value, page: bool = True) -> str:
