@@ -202,8 +202,10 @@ def test_the_window_keeps_the_names_of_the_cuda_tests_that_failed(monkeypatch):
     from types import SimpleNamespace
 
     out = "....F\nFAILED tests/test_fast_path.py::test_x - TypeError: RNG state\n1 failed, 4 passed in 3.0s"
-    monkeypatch.setattr(window_module.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=out, returncode=1))
-    result = window_module._cuda_tests(SimpleNamespace(type="cuda"), lambda: 300.0)
+    from gradalign import window_measure
+
+    monkeypatch.setattr(window_measure.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=out, returncode=1))
+    result = window_measure.cuda_tests(SimpleNamespace(type="cuda"), lambda: 300.0)
     assert result["outcome"] == "1 failed, 4 passed in 3.0s" and result["returncode"] == 1
     assert result["failures"] == ["FAILED tests/test_fast_path.py::test_x - TypeError: RNG state"]
 

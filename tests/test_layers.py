@@ -73,6 +73,8 @@ LAYERS = [
         "window_report",
         "gpu_sizing",
         "window_cli",
+        "gpu_sampler",
+        "window_measure",
     ),
     (
         "plotting",

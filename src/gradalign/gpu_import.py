@@ -4,8 +4,10 @@ Every run entry is checked as `run_unit.check_entry` checks a committed entry (k
 as the results store reads one (in a scratch store: schema, key, digest, verdict), and each is placed where it
 belongs (`<results>/runs/<kind>/<key>.json`, `<results>/<part>/<id>/<preset>-<hash>.json`); what does not check
 is refused and reported, never placed. The checkpoints of runs the window's box stopped go to the checkout's
-git-ignored `window-carry/` (`window_carry`), for the next window to resume. The quick benchmark records are shown,
-not stored (quick sizes are a code-path check). The command says what it added; commit it as produced, never edited
+git-ignored `window-carry/` (`window_carry`), for the next window to resume. The benchmark records of the window's
+clean slot are shown, and each CUDA one whose digest checks is kept as
+`<results>/bench/<name>/gpu-<device>-quick.json` (`window_measure.gpu_bench_file`; quick sizes never replace a
+full-size `cuda.json`). The command says what it added; commit it as produced, never edited
 by hand. The kept reports are read back here too (`stored_windows`, `diverged_before`): for the compute page, and
 so that a later window does not retrain a unit an earlier one saw diverge, unless its divergence is now its result
 (`retried`: the local-BP tables' runs).
@@ -28,6 +30,7 @@ from gradalign.import_checks import (
     window_problem_line,
 )
 from gradalign.window_carry import CARRY_FOLDER, carry_files, place_checkpoints, prune, read_checkpoints
+from gradalign.window_measure import gpu_bench_file
 
 WINDOW_FILE, RECORDS_FILE, BENCH_FILE, RUNS_PREFIX = "window.json", "records.json", "bench.json", "runs-"
 WINDOWS = "windows"  # the results store's folder of window reports (`window_report` shows them on the compute page)
@@ -41,6 +44,7 @@ class Imported:
     unchanged: int = 0
     refused: list[str] = field(default_factory=list)  # what did not check, and why
     bench: list[str] = field(default_factory=list)
+    added_bench: list[str] = field(default_factory=list)  # <name>/gpu-<device>-quick.json placed under bench/
     window: dict = field(default_factory=dict)
     checkpoints: list[str] = field(default_factory=list)  # kind/key placed in the carry folder (`window_carry`)
     reassessed: list[str] = field(default_factory=list)  # records assessed again with the runs placed (`_reassess`)
@@ -53,6 +57,7 @@ class Imported:
         out += [f"  run {name}" for name in self.added_runs]
         out += [f"  record {name}" for name in self.added_records]
         out += [f"  report of the {name}" for name in self.added_windows]
+        out += [f"  benchmark record bench/{name}" for name in self.added_bench]
         out += [
             f"  checkpoint {name} (resumes in the next window that carries window-carry/)" for name in self.checkpoints
         ]
@@ -115,6 +120,11 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
     bench = _read(folder / BENCH_FILE, refused)
     if bench is not None and bench_problem(bench):
         raise HostileImport(f"{BENCH_FILE} {bench_problem(bench)}; refused")
+    bench_records = []
+    for name, record in (bench or {}).get("bench", {}).items():
+        where = gpu_bench_file(name, record)
+        if where and record.get("digest") == content_digest(record):
+            bench_records.append((inside(store.root, store.root / "bench" / where), record, where))
     checkpoints = []
     for tar_file in (path for path in tars if path.is_file()):
         good, refused_checkpoints = read_checkpoints(tar_file)
@@ -129,6 +139,8 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
         _place_run(target, entry, f"{entry['kind']}/{entry['key']}", imported)
     for target, record, name in records:
         _place(target, record, name, imported, imported.added_records)
+    for target, record, name in bench_records:
+        _place(target, record, name, imported, imported.added_bench)
     carry = store.root.parent / CARRY_FOLDER
     imported.checkpoints += place_checkpoints(checkpoints, carry, store.root / "runs") if checkpoints else []
     if not checkpoints:
@@ -276,7 +288,8 @@ def _bench_line(name: str, record: object) -> str:
     measured = record.get("measurement", {})
     ratios = {k: v for k, v in measured.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
     shown = ", ".join(f"{k} {v:.3g}" for k, v in list(ratios.items())[:4])
-    return f"{name} on {record.get('device_kind')}: {shown or 'no ratios'} (quick sizes: not stored)"
+    kept = f"kept as bench/{gpu_bench_file(name, record)}" if gpu_bench_file(name, record) else "not stored"
+    return f"{name} on {record.get('device_kind')}: {shown or 'no ratios'} (quick sizes: {kept})"
 
 
 def stored_windows(root: Path) -> tuple[list[dict], list[str]]:

@@ -3,9 +3,11 @@
 A window (a lent GPU machine: about 15 minutes of device time, commands of at most 10 minutes, at most 8
 files of at most 16 MiB back) is one command, run in a checkout that carries the committed `results/`:
 
-1. the CUDA tests at `smoke` (`CUDA_TESTS`; skipped without a CUDA device or without pytest);
-2. `bench --quick` on the device: every benchmark at its tiny sizes (a code-path check with ratios; quick
-   records are never stored as measurements);
+1. `bench --quick` on the device, first and alone (`window_measure.bench_slot`: no worker or test shares the GPU
+   while it is timed): every benchmark at its tiny sizes, whose CUDA records `import` keeps as
+   `results/bench/<name>/gpu-<device>-quick.json`;
+2. the CUDA tests at `smoke` (`window_measure.CUDA_TESTS`; skipped without a CUDA device or without pytest), while
+   the workers train when there are several;
 3. the units of a backlog (`BACKLOG`, most valuable first) under the window's time box (`timebox`): each unit's finished
    entry is committed to the checkout's `results/runs/` (`run_unit`), and once an experiment's units are all there its
    record is assembled (`runner.run`; a pilot's or a budget check's runs make no record). A unit the box stops keeps its
@@ -14,6 +16,10 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
    diverged (`gpu_import.diverged_before`) is not trained again: its experiment is left for a sitting to assemble (Table
    4 reads a divergence as a result) or for a decision (most experiments stop on one). The exception is a
    local-BP table's run, whose divergence is now its result (`gpu_import.retried`): it trains again.
+
+For the whole window GPU utilisation and memory are sampled once a second (`gpu_sampler`: nvidia-smi, else torch,
+else the report says why not), with the phases marked (bench, training); each unit's throughput comes from its run
+(`window_measure.unit_throughput`) and is summarised per unit kind: both are in `window.json`.
 
 Everything the window finished is written to `--out` as it goes (at most `MAX_FILES` files, each under
 `MAX_FILE_BYTES`): `window.json` (what ran, each unit's wall time and hardware, what is left), `runs-<n>.json`
@@ -28,8 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +47,7 @@ from gradalign.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST,
 from gradalign.window_pool import unit_row
 from gradalign.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE, diverged_before, left_diverged
 from gradalign.window_carry import CARRY_FILES
+from gradalign.window_measure import bench_slot, cuda_tests, throughput_by_kind, unit_throughput
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
@@ -76,7 +81,6 @@ that the pilots chose (`pilots.RERUNS`) and the budget checks (`pilots.BUDGET_CH
 the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
 then the `gpu` presets (LGA's Figure 7 first and its subsets after
 it; the meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
-CUDA_TESTS = ("tests/test_fast_path.py", "tests/test_fast_path_agreement.py", "tests/test_activation_memory.py")
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
 
@@ -91,6 +95,9 @@ class Window:
     began: str = ""  # UTC date and time the window began
     tests: dict = field(default_factory=dict)
     bench: dict = field(default_factory=dict)  # name -> its quick ratios, or the error
+    bench_slot: dict = field(default_factory=dict)  # {"alone", "seconds"}: the slot ran before any worker began
+    utilisation: dict = field(default_factory=dict)  # `gpu_sampler.Sampler.report`: the series, phases, means
+    throughput: dict = field(default_factory=dict)  # unit kind -> its units' rates (`window_measure`)
     units: list[dict] = field(default_factory=list)  # {element, label, kind, key, seconds, hardware, status}
     records: list[str] = field(default_factory=list)  # element [preset] assembled
     stopped: str = ""  # why the window ended before its backlog did ("" : the backlog is done)
@@ -120,6 +127,7 @@ def gpu_window(
     from gradalign.runtime import check_device, pin_threads, select_device
     from gradalign.timebox import check_minutes, seconds_left, time_box
     from gradalign.window_carry import CARRY_FOLDER, carry_files, carry_stopped, seed
+    from gradalign.gpu_sampler import Sampler
     from gradalign.window_pool import check_workers
 
     check_minutes(minutes)
@@ -134,25 +142,32 @@ def gpu_window(
     window.carried = seed(store.root.parent / CARRY_FOLDER, cache_root(), store.root / "runs")
     if window.carried:
         echo(f"gpu-window: {len(window.carried)} run(s) resume from checkpoints an earlier window left")
-    writer = _Writer(out, store.root, before, window)
+    sampler = Sampler().start()
+    writer = _Writer(out, store.root, before, window, sampler)
     start = time.monotonic()
 
     def checks() -> None:
         if tests:
-            window.tests = _cuda_tests(dev, seconds_left)
+            window.tests = cuda_tests(dev, seconds_left)
             echo(f"gpu-window: CUDA tests: {window.tests['outcome']}")
             writer.write()
-        if bench:
-            window.bench = _quick_bench(dev)
-            echo(f"gpu-window: bench --quick: {len(window.bench)} benchmark(s)")
-            writer.write()
 
-    with time_box(minutes):
-        if workers == 1:
-            checks()
-            _backlog(window, backlog, dev, store, writer, echo)
-        else:  # the checks run here while the workers train
-            _backlog_in_pool(window, backlog, dev, store, writer, echo, checks)
+    try:
+        with time_box(minutes):
+            if bench:  # alone, before any worker or test begins
+                sampler.mark("bench")
+                window.bench, window.bench_slot = bench_slot(dev)
+                echo(f"gpu-window: bench --quick alone: {len(window.bench)} benchmark(s)")
+                writer.write()
+            sampler.mark("training")
+            if workers == 1:
+                checks()
+                _backlog(window, backlog, dev, store, writer, echo)
+            else:  # the tests run here while the workers train
+                _backlog_in_pool(window, backlog, dev, store, writer, echo, checks)
+            sampler.mark("end")
+    finally:
+        sampler.stop()
     window.checkpoints, window.checkpoints_left = carry_stopped(backlog, store.root, carry_files(out), MAX_FILE_BYTES)
     if window.checkpoints_left:
         echo(f"gpu-window: no room to carry {len(window.checkpoints_left)} checkpoint(s); those runs start over")
@@ -182,48 +197,6 @@ def _out_folder(out: str | Path) -> Path:
     return path
 
 
-def _cuda_tests(dev, seconds_left) -> dict:
-    """The CUDA tests at smoke, in a subprocess, within the box; skipped without CUDA or pytest."""
-    import importlib.util
-
-    from gradalign.environment import project_root
-
-    if dev.type != "cuda":
-        return {"outcome": "skipped: no CUDA device"}
-    files = [f for f in CUDA_TESTS if (project_root() / f).exists()]
-    if importlib.util.find_spec("pytest") is None or not files:
-        return {"outcome": "skipped: pytest or the tests are not here"}
-    timeout = max(10.0, min(300.0, (seconds_left() or 300.0) - 30))
-    env = {**os.environ, "GRADALIGN_PRESET": "smoke"}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
-    start = time.monotonic()
-    try:
-        done = subprocess.run(command, cwd=project_root(), env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"outcome": f"stopped after {timeout:.0f} s", "seconds": timeout}
-    lines = done.stdout.strip().splitlines() or [""]
-    failures = [line[:300] for line in lines if line.startswith(("FAILED", "ERROR"))]  # pytest's -ra summary
-    return {
-        "outcome": lines[-1],
-        "returncode": done.returncode,
-        "seconds": round(time.monotonic() - start, 1),
-        "failures": failures,
-    }
-
-
-def _quick_bench(dev) -> dict:
-    from gradalign.bench import run_benchmark
-    from gradalign.benchmarks.registry import BENCHMARKS
-
-    records = {}
-    for name in BENCHMARKS:
-        try:
-            records[name] = run_benchmark(name, str(dev), quick=True)
-        except Exception as err:  # noqa: BLE001 (a failed benchmark is reported; the window goes on)
-            records[name] = {"error": f"{type(err).__name__}: {err}"}
-    return records
-
-
 def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None:
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
@@ -244,13 +217,14 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                         raise DivergenceError(f"{unit.label} diverged in an earlier window (not trained again)")
                     start, there = time.monotonic(), read_entry(store.root / "runs", unit) is not None
                     with committed_runs(store.root / "runs", write=True):
-                        unit.run()
+                        value = unit.run()
                         made = runs_read().get((unit.kind, unit.key), {})
                     seconds = round(time.monotonic() - start, 3)
                     status = "committed before" if there else "finished"
-                    hardware = made.get("hardware", "")
+                    rate = unit_throughput(unit.kind, unit.spec, value)
+                    hardware, extra = made.get("hardware", ""), {"throughput": rate} if rate else {}
                     window.units.append(
-                        unit_row(element_id, preset, unit, seconds=seconds, hardware=hardware, status=status)
+                        unit_row(element_id, preset, unit, seconds=seconds, hardware=hardware, status=status, **extra)
                     )
                     writer.write()
             if runs_only(element_id, preset, overrides):
@@ -353,10 +327,13 @@ def _file_digest(path: Path) -> str:
 class _Writer:
     """Writes the window's bundles to `out`: what is new or changed under the results store since it began."""
 
-    def __init__(self, out: Path, root: Path, before: dict[str, str], window: Window):
-        self.out, self.root, self.before, self.window = out, root, before, window
+    def __init__(self, out: Path, root: Path, before: dict[str, str], window: Window, sampler=None):
+        self.out, self.root, self.before, self.window, self.sampler = out, root, before, window, sampler
 
     def write(self) -> None:
+        if self.sampler is not None:
+            self.window.utilisation = self.sampler.report()
+        self.window.throughput = throughput_by_kind(self.window.units)
         runs, records = [], []
         for relative, digest in sorted(_snapshot(self.root).items()):
             if self.before.get(relative) == digest:

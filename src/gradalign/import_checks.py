@@ -132,7 +132,11 @@ _WINDOW_FIELDS = {  # field -> (types, words): `gpu_window.Window` and what `imp
     "carried": (list, "a list"),
     "checkpoints": (list, "a list"),
     "checkpoints_left": (list, "a list"),
+    "bench_slot": (dict, "an object"),
+    "utilisation": (dict, "an object"),
+    "throughput": (dict, "an object"),
 }
+MAX_PHASES, MAX_KINDS, MAX_TEXT = 64, 64, 500  # a window marks a few phases and trains a few unit kinds
 _UNIT_FIELDS = {"element": str, "preset": str, "kind": str, "key": str, "status": str, "label": str}
 
 
@@ -154,6 +158,47 @@ def window_problem(report: object) -> str | None:
         problem = _unit_problem(unit)
         if problem:
             return f"has units[{n}] that {problem}"
+    return _utilisation_problem(report.get("utilisation", {})) or _throughput_problem(report.get("throughput", {}))
+
+
+def _utilisation_problem(utilisation: dict) -> str | None:
+    """Why the sampled series (`gpu_sampler.Sampler.report`) is malformed or unbounded, or None."""
+    from gradalign.gpu_sampler import MAX_SAMPLES
+
+    if not utilisation:
+        return None
+    for name in ("source", "note"):
+        if not isinstance(utilisation.get(name, ""), str) or len(utilisation.get(name, "")) > MAX_TEXT:
+            return f"has utilisation {name} that is not a string of at most {MAX_TEXT} characters"
+    samples, phases = utilisation.get("samples", []), utilisation.get("phases", [])
+    if not isinstance(samples, list) or len(samples) > MAX_SAMPLES:
+        return f"has a utilisation series that is not a list of at most {MAX_SAMPLES} samples"
+    for sample in samples:
+        if not (isinstance(sample, list) and len(sample) == 3 and all(map(_number, sample))):
+            return "has a utilisation sample that is not [seconds, utilisation %, memory MiB]"
+        if not (0 <= sample[1] <= 100 and sample[2] >= 0):
+            return f"has a utilisation sample out of range: {_shown(sample)}"
+    if not isinstance(phases, list) or len(phases) > MAX_PHASES:
+        return f"has utilisation phases that are not a list of at most {MAX_PHASES}"
+    if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and _number(p[1]) for p in phases):
+        return "has a utilisation phase that is not [name, seconds]"
+    summary = utilisation.get("summary", {})
+    if not isinstance(utilisation.get("truncated", False), bool) or not isinstance(summary, dict):
+        return "has utilisation truncated that is not a boolean, or a summary that is not an object"
+    if len(str(summary)) > 20_000:
+        return "has a utilisation summary larger than a window's phases make"
+    return None
+
+
+def _throughput_problem(throughput: dict) -> str | None:
+    """Why the per-kind throughput summary (`window_measure.throughput_by_kind`) is malformed, or None."""
+    if len(throughput) > MAX_KINDS:
+        return f"has throughput for more than {MAX_KINDS} unit kinds"
+    for kind, rates in throughput.items():
+        if not _KIND.fullmatch(kind) or not isinstance(rates, dict):
+            return f"has throughput {_shown(kind)} that is not a unit kind's object"
+        if not all(_number(v) for k, v in rates.items() if k != "what") or len(str(rates.get("what", ""))) > MAX_TEXT:
+            return f"has throughput of {kind} that is not numbers and a short description"
     return None
 
 
@@ -167,6 +212,12 @@ def _unit_problem(unit: object) -> str | None:
         return "is finished without its element, preset and seconds"
     if "seconds" in unit and not _number(unit["seconds"]):
         return "has seconds that are not a number"
+    if "throughput" in unit:
+        rate = unit["throughput"]
+        if not (isinstance(rate, dict) and _number(rate.get("per_s")) and isinstance(rate.get("what", ""), str)):
+            return "has throughput that is not {per_s: a number, what: a string}"
+        if len(rate) > 2 or len(rate.get("what", "")) > MAX_TEXT:
+            return "has throughput with more than its rate and a short description"
     if unit.get("progress") is not None:
         progress = unit["progress"]
         if not (isinstance(progress, list) and len(progress) == 2 and all(map(_number, progress)) and progress[0]):

@@ -54,18 +54,19 @@ def _train_one(job) -> dict:
     from gradalign.run_unit import committed_runs, runs_read
     from gradalign.runtime import pin_threads
     from gradalign.timebox import TimeBoxSpent, time_box
+    from gradalign.window_measure import unit_throughput
 
     row = {**unit_row(element_id, preset, unit), "worker": os.getpid()}
     left = deadline - time.monotonic()
     if left <= 1:
         return {**row, "seconds": 0.0, "hardware": "", "status": "not begun: the time box closed"}
     pin_threads(threads)
-    start, made, progress = time.monotonic(), {}, None
+    start, made, progress, rate = time.monotonic(), {}, None, None
     try:
         with time_box(left / 60), committed_runs(Path(runs), write=True):
-            unit.run()
+            value = unit.run()
             made = runs_read().get((unit.kind, unit.key), {})
-        status = "finished"
+        status, rate = "finished", unit_throughput(unit.kind, unit.spec, value)
     except TimeBoxSpent as err:
         status = "stopped by the time box"
         progress = stopped_at(str(err))
@@ -74,7 +75,7 @@ def _train_one(job) -> dict:
     except Exception as err:  # noqa: BLE001 (a failed unit is reported in the window's file; the others go on)
         status = f"failed: {type(err).__name__}: {err}"
     row.update(seconds=round(time.monotonic() - start, 3), hardware=made.get("hardware", ""), status=status)
-    return {**row, "progress": progress} if progress else row
+    return {**row, **({"progress": progress} if progress else {}), **({"throughput": rate} if rate else {})}
 
 
 def stopped_at(message: str) -> list[int] | None:

@@ -73,7 +73,43 @@ def windows_markdown(root: Path) -> str:
             f"| {began} | {device}, {report.get('workers', 1)} | {tests} | {finished or 'none'} | "
             f"{projected or '—'} | {left} |"
         )
-    return "\n".join(lines + ["", *bad]) + "\n"
+    return "\n".join(lines + ["", *_measured_lines(reports), *bad]) + "\n"
+
+
+def _measured_lines(reports: list[dict]) -> list[str]:
+    """What the windows measured since they sample (issue 45): GPU utilisation over each phase (`gpu_sampler`) and
+    each unit kind's throughput (`window_measure`); the windows before say nothing here."""
+    measured = [r for r in reports if r.get("utilisation") or r.get("throughput") or r.get("bench_slot")]
+    if not measured:
+        return ["No window has sampled GPU utilisation or unit throughput yet.", ""]
+    lines = [
+        "What the windows measured: GPU utilisation, sampled once a second (mean over each phase: the benchmark "
+        "slot, which runs alone first, and the training), the peak GPU memory, and each unit kind's throughput "
+        "(median over its finished units, with their range).",
+        "",
+        "| began (UTC) | sampled by | utilisation: bench slot | utilisation: training | peak memory "
+        "| throughput per unit kind |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for report in measured:
+        sampled = report.get("utilisation") or {}
+        summary, phases = sampled.get("summary") or {}, (sampled.get("summary") or {}).get("by_phase") or {}
+
+        def phase(name: str) -> str:
+            got = phases.get(name)
+            return f"{got['mean_utilisation']:.0f} % ({got['samples']} s)" if got else "—"
+
+        memory = f"{summary['max_memory_mib'] / 1024:.1f} GiB" if summary.get("max_memory_mib") else "—"
+        rates = "; ".join(
+            f"`{kind}` {r['units']}: {r['median_per_s']:,.0f}/s ({r['least_per_s']:,.0f}–{r['most_per_s']:,.0f})"
+            for kind, r in (report.get("throughput") or {}).items()
+        )
+        began = str(report.get("began", "?"))[:16].replace("T", " ")
+        lines.append(
+            f"| {began} | {sampled.get('source') or sampled.get('note') or 'not sampled'} | {phase('bench')} | "
+            f"{phase('training')} | {memory} | {rates or '—'} |"
+        )
+    return lines + [""]
 
 
 def backlog_markdown(root: Path) -> str:
