@@ -295,7 +295,21 @@ def cmd_stale(args) -> int:
         detail = f" ({status['why']}; changed: {', '.join(status['changed'])})" if status and status["changed"] else ""
         print(f"{record['id']} [{path.stem.split('-')[0]}]: {state}{detail}")
     print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no stored record")
+    _prune_canaries()
     return 1 if counts.get("stale") else 0
+
+
+def _prune_canaries() -> None:
+    """Keep only today's canary of each experiment under `<results>/canaries/` (older code's are never read)."""
+    from gradalign.experiments import EXPERIMENTS
+    from gradalign.store_root import results_root
+
+    for element_id, exp in EXPERIMENTS.items():
+        today = _cache_path(element_id, behaviour_fingerprint(exp.run.__module__))
+        for path in (results_root() / "canaries" / element_id).glob("*.json"):
+            if path != today:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def main(argv: list[str] | None = None) -> int:
