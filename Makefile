@@ -13,11 +13,12 @@ export GRADALIGN_THREADS ?= 2
 book: setup data
 	$(BIN)/gradalign book --preset $(or $(PRESET),auto)
 
-# The suite executes every notebook once, in its book build at the smoke preset (tests/conftest.py `built`).
+# nbval executes every notebook once, cell by cell, at the smoke preset, against a temporary result store and run
+# cache (conftest.py); the suite's book build (tests/conftest.py `built`) renders nbval's executed copies.
 test: setup data browser
-	$(BIN)/ruff check src tests notebooks
-	$(BIN)/ruff format --check src tests notebooks
-	$(BIN)/python -m pytest -q
+	$(BIN)/ruff check src tests notebooks conftest.py
+	$(BIN)/ruff format --check src tests notebooks conftest.py
+	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env notebooks tests
 
 # The notebooks in a live JupyterLab, with the project's kernel (.venv); the sliders work there.
 lab: setup data

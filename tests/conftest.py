@@ -32,15 +32,20 @@ def store(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def built(tmp_path_factory):
+def built(tmp_path_factory, request):
     """The book built twice at preset smoke against an empty result store: (out dir, first, second build).
 
-    The first build is also the test suite's one execution of every notebook (tests/test_notebooks.py).
+    Every notebook is executed once in the session. Under `pytest --nbval-lax notebooks tests` (`make test`) nbval
+    executed them (the root conftest.py), against the store and run cache of its kernels, and the first build
+    renders its executed copies (`first['adopted']`); otherwise the first build executes them with papermill
+    (`first['executed']`). tests/test_notebooks.py checks what ran.
 
     Session-scoped so that test_book.py and test_book_browser.py share one build (it takes minutes)."""
     from gradalign.book import build_book
 
-    tmp = tmp_path_factory.mktemp("book")
+    nbval = request.getfixturevalue("nbval_run")
+    copies = nbval and nbval["preset"] == "smoke" and nbval["copies"]
+    tmp = nbval["dir"] if copies else tmp_path_factory.mktemp("book")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRADALIGN_RESULTS", str(tmp / "results"))
         mp.setenv("GRADALIGN_CACHE", str(tmp / "cache"))  # smoke runs stay out of the user's run cache
@@ -48,7 +53,7 @@ def built(tmp_path_factory):
         # meta-gradient benchmark page 3.5x slower than one on a busy two-core machine
         mp.setenv("GRADALIGN_THREADS", "1")
         mp.delenv("GRADALIGN_PRESET", raising=False)
-        first = build_book("smoke", tmp / "_build")
+        first = build_book("smoke", tmp / "_build", executed_copies=tmp / "executed" if copies else None)
         second = build_book("smoke", tmp / "_build")
     return tmp / "_build", first, second
 

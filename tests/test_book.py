@@ -35,8 +35,8 @@ def test_book_builds_and_second_build_executes_nothing(built):
     out, first, second = built
     notebooks = [f for f in toc_files(project_root()) if f.startswith("notebooks/")]
     assert "notebooks/isoloss/02_toy_dynamics" in notebooks
-    assert first["executed"] == notebooks
-    assert second["executed"] == [] and second["skipped"] == notebooks
+    assert sorted(first["executed"] + first["adopted"]) == sorted(notebooks)  # by papermill, or nbval's copies
+    assert second["executed"] == second["adopted"] == [] and second["skipped"] == notebooks
     html = out / "html"
     for page in (
         "index.html",
@@ -134,9 +134,15 @@ def test_every_page_links_the_code_and_notebook_pages_offer_their_records(built)
     assert "Data on this page" in chapter
     for element_id in ("lga.fig1", "lga.prop1", "lga.prop2-3"):
         json_file = next(html.glob(f"_downloads/*/{element_id}-smoke.json"))
-        csv_file = next(html.glob(f"_downloads/*/{element_id}-smoke-curves.csv"))
-        assert json_file.name in chapter and csv_file.name in chapter
-        assert csv_file.read_text().startswith("curve,index,value")
+        assert json_file.name in chapter
+        # a record with curves offers them as CSV; one without says so and offers no empty file
+        csv_file = next(html.glob(f"_downloads/*/{element_id}-smoke-curves.csv"), None)
+        if csv_file is None:
+            assert "it stores no curves" in chapter
+        else:
+            assert csv_file.name in chapter and csv_file.read_text().startswith("curve,index,value")
+            assert len(csv_file.read_text().splitlines()) > 1
+    assert next(html.glob("_downloads/*/lga.fig1-smoke-curves.csv"), None) is not None
 
 
 def test_references_page_gives_bibtex_for_the_four_papers(built):

@@ -21,13 +21,21 @@ from pathlib import Path
 
 from gradalign.environment import project_root
 from gradalign.errors import BookBuildError, ConfigError
+from gradalign.executed_pages import hide_default_parameters, relative_output_paths, adopt, relative_paths
 from gradalign.fingerprint import files_behaviour, library_closure
 from gradalign.results import ResultStore
 from gradalign.source_archive import code_page_markdown, repository_url, write_archive
 from gradalign.toc import toc_files
 
 # written from the store at build time
-GENERATED = ("book/report", "book/how_to_run", "book/compute", "book/performance", "book/get_the_code")
+GENERATED = (
+    "book/report",
+    "book/how_to_run",
+    "book/compute",
+    "book/performance",
+    "book/get_the_code",
+    "book/appendix/api",  # gradalign.api_page: autodoc of the methods, the loop and the entry points
+)
 DOWNLOADS_TAG = "gradalign-downloads"  # the generated last cell of a notebook page: its records and curves
 DIRTY_NOTE = """
 
@@ -114,8 +122,8 @@ def execute(notebook: Path, target: Path, preset: str) -> None:
             os.environ.pop("GRADALIGN_BATCH")
         else:
             os.environ["GRADALIGN_BATCH"] = previous
-    _hide_default_parameters(tmp)
-    _relative_paths(tmp)
+    hide_default_parameters(tmp)
+    relative_output_paths(tmp)
     tmp.replace(target)
 
 
@@ -160,51 +168,17 @@ def execute_all(stale: list[tuple[str, Path, Path]], preset: str, jobs: int):
         raise failed
 
 
-def relative_paths(text: str, root: Path | None = None) -> str:
-    """Paths inside the checkout written relative to it: `/home/me/gradalign/data/x` -> `data/x`. The book is
-    read on other machines, where the absolute path of the one that built it means nothing."""
-    root_text = str(root or project_root())
-    return text.replace(root_text + "/", "").replace(root_text, ".")
-
-
-def _relative_paths(path: Path) -> None:
-    """`relative_paths` on every text output of an executed notebook."""
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    changed = False
-    for cell in nb.cells:
-        for output in cell.get("outputs", []):
-            fields = [("text", output)] if "text" in output else []
-            fields += [(key, output["data"]) for key in output.get("data", {}) if key.startswith("text/")]
-            for key, holder in fields:
-                value = holder[key]
-                new = relative_paths(value) if isinstance(value, str) else [relative_paths(v) for v in value]
-                if new != value:
-                    holder[key], changed = new, True
-    if changed:
-        nbformat.write(nb, path)
-
-
-def _hide_default_parameters(path: Path) -> None:
-    """Papermill adds an `injected-parameters` cell after the `parameters` cell; the page shows only the one
-    in force."""
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    tags = [set(cell.get("metadata", {}).get("tags", [])) for cell in nb.cells]
-    if not any("injected-parameters" in t for t in tags):
-        return
-    for cell, cell_tags in zip(nb.cells, tags):
-        if "parameters" in cell_tags and "remove-cell" not in cell_tags:
-            cell.metadata["tags"] = [*cell.metadata.get("tags", []), "remove-cell"]
-    nbformat.write(nb, path)
-
-
 def build_book(
-    preset: str = "auto", out: str | Path = "_build", force: bool = False, store: ResultStore | None = None
+    preset: str = "auto",
+    out: str | Path = "_build",
+    force: bool = False,
+    store: ResultStore | None = None,
+    executed_copies: Path | None = None,
 ) -> dict:
-    """Execute what changed and build `<out>/html`; returns {'executed': [...], 'skipped': [...], 'html': path}."""
+    """Execute what changed and build `<out>/html`; returns {'executed': [...], 'adopted': [...], 'skipped': [...],
+    'html': path}. `executed_copies`: a folder of notebooks already executed at `preset` against `store` (`adopt`), by
+    their toc entries (`<executed_copies>/notebooks/lga/01_linear_regression.ipynb`): those are not executed again."""
+    from gradalign.api_page import api_markdown
     from gradalign.config import check_preset
     from gradalign.pages import compute_markdown, fill_markers, how_to_run_markdown, page_base, performance_markdown
     from gradalign.report import report_markdown
@@ -241,6 +215,13 @@ def build_book(
             if page is None:
                 raise ConfigError(f"_toc.yml lists {entry!r} but neither {entry}.md nor {entry}.ipynb exists")
             pages.append(page)
+    copies = Path(executed_copies) if executed_copies else None
+    adopted = [e for e, nb, t in stale if copies and adopt(copies / f"{e}.ipynb", nb, t, preset)]
+    for entry, nb, _ in stale:
+        if entry in adopted:
+            cache[entry] = input_key(nb, preset, store)
+            cache_path.write_text(json.dumps(cache, indent=1))
+    stale = [s for s in stale if s[0] not in adopted]
     for entry, nb in execute_all(stale, preset, book_jobs()):
         cache[entry] = input_key(nb, preset, store)  # after the run: it may have stored new records
         cache_path.write_text(json.dumps(cache, indent=1))
@@ -256,6 +237,7 @@ def build_book(
         _write_if_changed(text, src / page.relative_to(root))
     _write_if_changed(relative_paths(report_markdown(preset, store)), src / "book" / "report.md")
     _write_if_changed(relative_paths(how_to_run_markdown()), src / "book" / "how_to_run.md")
+    _write_if_changed(api_markdown(), src / "book" / "appendix" / "api.md")
     compute = compute_markdown(preset, store)
     compute = relative_paths(compute) + (DIRTY_NOTE if "+dirty" in compute else "")
     _write_if_changed(compute, src / "book" / "compute.md")
@@ -265,7 +247,7 @@ def build_book(
     _write_if_changed(code_page, src / "book" / "get_the_code.md")
     _write_if_changed(relative_paths(performance_markdown(store.root)), src / "book" / "performance.md")
     _jupyter_book(src, out)
-    return {"executed": executed, "skipped": skipped, "html": out / "html"}
+    return {"executed": executed, "adopted": adopted, "skipped": skipped, "html": out / "html"}
 
 
 def book_config(text: str) -> str:

@@ -12,10 +12,12 @@ import platform
 import re
 from pathlib import Path
 
+from gradalign.bibtex import bibtex_markdown
 from gradalign.config import PRESETS
 from gradalign.data.image_sets import IMAGE_SETS
 from gradalign.elements import ELEMENTS, PAPER_ELEMENTS, PARTS
 from gradalign.environment import project_root
+from gradalign.landing import answers_markdown
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.units import UNITS
 from gradalign.experiments.validity import evidence_of
@@ -142,6 +144,10 @@ def fill_markers(text: str, preset: str, store: ResultStore, base: str) -> str:
             return scoreboard_markdown(preset, store, base)
         if kind == "references":
             return references_markdown()
+        if kind == "answers":
+            return answers_markdown(preset, store, base)
+        if kind == "bibtex" and (arg is None or arg in PARTS):
+            return bibtex_markdown([arg] if arg else list(PARTS))
         if kind == "elements" and arg in PARTS:
             return part_elements_markdown(arg, preset, store, base)
         raise ValueError(f"unknown book marker {match.group(0)!r}")
