@@ -5,9 +5,9 @@
 docstrings as written. They are plain text, not reStructuredText: Unicode formulas (`g_ℓ = ∇θ L(θ, X_ℓ, y_ℓ)`),
 `|` tables, `*` and `_` inside names, none meant as markup. `rst_safe` turns each docstring into
 reStructuredText that shows exactly that text: flush lines become a paragraph with every markup character
-escaped and each `` `name` `` an inline literal, and indented lines, lists, tables and rules become a literal
-block, verbatim. A reference to a type that the page does not document (`torch.Tensor`, a settings class)
-stays plain text rather than failing the nitpicky build.
+escaped and code (each `` `name` ``, a dict written out) an inline literal; a Markdown table becomes a table;
+indented lines, lists and rules become a literal block, verbatim. A reference to a type that the page does not
+document (`torch.Tensor`, a settings class) stays plain text rather than failing the nitpicky build.
 """
 
 from __future__ import annotations
@@ -89,16 +89,38 @@ LITERAL_LINE = re.compile(r"^(\s|[-+*•|>#]\s|\||[-=~^_*+#.:'\"`]{3,}\s*$|(\d+|
 RST_BLOCK = re.compile(r"^(:\w[\w ]*:|\.\. [\w-]+::)")
 """A field or directive (napoleon's output): already reStructuredText."""
 INLINE_CODE = re.compile(r"``(.+?)``|`([^`\s][^`]*?)`")
+BRACED = re.compile(r"[\w′∇∂]+[_^]\{[^{}\s]*\}[\w′ᵀ]*")
 MARKUP = re.compile(r"([\\*_`|\[\]<>])")
 
 
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    """Where `text` holds code: each `` `name` ``, each outermost `{...}` holding a `key: value` (a dict written
+    out, `{"grid": {rate: score}}`), and each symbol with a braced sub- or superscript (`W_{L+1}`, the source's
+    plain-text notation). The spans do not overlap."""
+    spans = [m.span() for m in INLINE_CODE.finditer(text)]
+    overlaps = lambda a, b: any(x < b and a < y for x, y in spans)
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "{":
+            depth, start = depth + 1, i if depth == 0 else start
+        elif ch == "}" and depth:
+            depth -= 1
+            if depth == 0 and ": " in text[start:i] and not overlaps(start, i + 1):
+                spans.append((start, i + 1))
+    for m in BRACED.finditer(text):
+        if not overlaps(*m.span()):
+            spans.append(m.span())
+    return sorted(spans)
+
+
 def _escape(text: str) -> str:
-    """Plain text as reStructuredText that shows the same characters; `` `name` `` becomes an inline literal."""
+    """Plain text as reStructuredText that shows the same characters; code (`_code_spans`) as an inline literal."""
     out, at = [], 0
-    for m in INLINE_CODE.finditer(text):
-        code = m.group(1) or m.group(2)
-        out += [MARKUP.sub(r"\\\1", text[at : m.start()]), f"\\ ``{code}``\\ "]
-        at = m.end()
+    for a, b in _code_spans(text):
+        m = INLINE_CODE.fullmatch(text[a:b])
+        code = (m.group(1) or m.group(2)) if m else text[a:b]
+        out += [MARKUP.sub(r"\\\1", text[at:a]), f"\\ ``{code}``\\ "]
+        at = b
     out.append(MARKUP.sub(r"\\\1", text[at:]))
     escaped = "".join(out)
     if escaped.endswith("::"):
@@ -130,7 +152,9 @@ def rst_safe(lines: list[str]) -> list[str]:
                 else:
                     segments.append((literal, [line]))
             for literal, seg in segments:
-                if literal:
+                if literal and _is_table(seg):
+                    out.extend(_list_table(seg))
+                elif literal:
                     indent = min(len(s) - len(s.lstrip()) for s in seg if s.strip())
                     out.extend([".. code-block:: text", "", *("   " + s[indent:] for s in seg), ""])
                 else:
@@ -144,6 +168,39 @@ def rst_safe(lines: list[str]) -> list[str]:
             flush()
     flush()
     return out
+
+
+TABLE_RULE = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$")
+
+
+def _is_table(seg: list[str]) -> bool:
+    """A Markdown table: `| a | b |` rows, the second a `|---|---|` rule, as many cells in every row."""
+    rows = [ln.strip() for ln in seg]
+    if len(rows) < 3 or not TABLE_RULE.match(rows[1]) or not all(r.startswith("|") and r.endswith("|") for r in rows):
+        return False
+    return len({r.count("|") for r in rows}) == 1
+
+
+def _list_table(seg: list[str]) -> list[str]:
+    """A Markdown table as a reStructuredText list table (a table a reader sees, not its source text)."""
+    rows = [[c.strip() for c in ln.strip()[1:-1].split("|")] for i, ln in enumerate(seg) if i != 1]
+    out = [".. list-table::", "   :header-rows: 1", ""]
+    for row in rows:
+        for j, text in enumerate(row):
+            out.append(("   * - " if j == 0 else "     - ") + (_escape(text) if text else ""))
+    return [*out, ""]
+
+
+CSS_NAME = "gradalign-api.css"
+API_CSS = """/* gradalign.api_page: a signature wraps inside the column, at a phone's 360 px too */
+dl.py > dt.sig { overflow-wrap: anywhere; }
+dl.py > dt.sig .sig-param { white-space: normal; }
+"""
+
+
+def _write_css(app, exception) -> None:
+    if exception is None and app.builder.format == "html":
+        (Path(app.outdir) / "_static" / CSS_NAME).write_text(API_CSS)
 
 
 def _process_docstring(app, what, name, obj, options, lines: list[str]) -> None:
@@ -170,4 +227,6 @@ def setup(app):
     app.connect("autodoc-process-docstring", _process_docstring, priority=600)  # after napoleon (500)
     app.connect("autodoc-skip-member", _skip_member)
     app.connect("missing-reference", _plain_missing_reference)
+    app.connect("build-finished", _write_css)
+    app.add_css_file(CSS_NAME)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

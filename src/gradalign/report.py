@@ -254,8 +254,9 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
         "*Empirical* elements (trained models, simulated dynamics) are decided only by a valid test: the runs "
         "finished learning, the baseline fits its labels, the method's own term acted, enough seeds; otherwise "
         "they are *inconclusive*, and so is a difference within noise (Welch's t at 5 %) or a decision that changes "
-        "at half the budget. The scale of a reduced-scale "
-        "record is named beside its verdict. *Code* says whether the library code that computed the record has "
+        "at half the budget. The tables give each element's verdict (and whether it stands at reduced scale); "
+        "its reason, its scale and its checks are in its details, below the tables. *Code* says whether the "
+        "library code that computed the record has "
         "changed since.",
         "",
         f"**Analytic:** {split_counts(verdicts, records)['analytic']}. "
@@ -294,19 +295,38 @@ def report_markdown(preset: str = "auto", store: ResultStore | None = None, base
             summary = f"{passed}/{len(record['checks'])} claims pass" + (
                 f"; {len(compared)} paper-vs-ours numbers below" if compared else ""
             )
-            verdict = verdict_text(record)
+            verdict = verdict_short(record)
             out.append(
                 f"| {page_link(eid, base)} | {cell(ELEMENTS[eid].title)} | {verdict} | `{record['preset']}` | "
                 f"{stale_text(record, short=True)} | {summary} |"
             )
             details += _details(record, scale, compared)
         out.append("")
-    return "\n".join(out + ["## Check details", ""] + details) + "\n"
+    intro = (
+        "Each element's verdict with its reason and scale, its preconditions and claims, its record and the "
+        "paper's numbers beside ours; click an element to open it."
+    )
+    return "\n".join(out + ["## Check details", "", intro, ""] + details) + "\n"
+
+
+def verdict_short(record: dict) -> str:
+    """The summary table's verdict: the status, and whether it stands at reduced scale, on a substitute data set
+    or for our reading of a figure; the reason and the scale are in the element's details (`_details`)."""
+    substitute = on_substitute(record)
+    notes = [
+        "at reduced scale" if scale_of(record) else "",
+        f"on a substitute for {substitute}" if substitute else "",
+        "our reading" if record["id"] in OUR_READING else "",
+    ]
+    notes = [n for n in notes if n]
+    return f"**{record['verdict']['status']}**" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _details(record: dict, scale: str, compared: list[dict]) -> list[str]:
+    """One element's details, folded (a sphinx-design dropdown: the report's summary tables stay one screen)."""
     eid = record["id"]
-    out = [f"### `{eid}`", "", verdict_text(record) + ".", ""]
+    title = f"`{eid}` · {record['verdict']['status']} · {ELEMENTS[eid].title}"
+    out = [f"::::{{dropdown}} {title}", "", verdict_text(record) + ".", ""]
     if EXPERIMENTS[eid].note:
         out += [f"*Scope:* {EXPERIMENTS[eid].note}.", ""]
     if record.get("evidence") == "empirical":
@@ -322,4 +342,4 @@ def _details(record: dict, scale: str, compared: list[dict]) -> list[str]:
     if compared:
         out += ["*Paper vs ours:*", "", "| quantity | paper | ours |", "| --- | --- | --- |"]
         out += [f"| {cell(r['quantity'])} | {cell(r['paper'])} | {cell(r['ours'])} |" for r in compared] + [""]
-    return out
+    return out + ["::::", ""]
