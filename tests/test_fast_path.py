@@ -130,15 +130,16 @@ def test_a_bad_time_limit_is_refused(minutes):
 
 
 def test_a_boxed_run_stops_checkpointed_and_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
-    """A box that closes within the first evaluation window: the run stops there (not at the end), keeps its
-    checkpoint, and the same call outside the box finishes bit-identical to a run never stopped."""
+    """A box that closes within the first evaluation window: the run stops at the first step past the deadline
+    (an SSL run resumes between evaluations), keeps its checkpoint, and the same call outside the box finishes
+    bit-identical to a run never stopped."""
     settings, data, prot = oliver_settings("pseudo_label"), make_data(), protocol(12, eval_every=3)
     whole = make_model()
     expected = train_ssl(whole, "pseudo_label", settings, prot, data, 0)
     checkpoint = tmp_path / "run.pt"
     with timebox.time_box(1.0), monkeypatch.context() as patch:
         patch.setattr("gradalign.training.ssl.seconds_left", lambda: 1e-9)  # the box nearly spent as it begins
-        with pytest.raises(timebox.TimeBoxSpent, match="stopped after step 3 of 12, checkpointed"):
+        with pytest.raises(timebox.TimeBoxSpent, match="stopped after step 1 of 12, checkpointed"):
             train_ssl(make_model(), "pseudo_label", settings, prot, data, 0, checkpoint=checkpoint)
         assert checkpoint.exists()
         patch.setattr(timebox, "seconds_left", lambda: -1.0)  # spent: the next run does not begin
@@ -229,7 +230,7 @@ def test_a_run_checkpointed_on_cuda_resumes_there(tmp_path, monkeypatch, method)
     whole = train_ssl(make_model().cuda(), method, settings, prot, data, 0)
     with timebox.time_box(1.0), monkeypatch.context() as patch:
         patch.setattr("gradalign.training.ssl.seconds_left", lambda: 1e-9)
-        with pytest.raises(timebox.TimeBoxSpent, match="stopped after step 3 of 12, checkpointed"):
+        with pytest.raises(timebox.TimeBoxSpent, match="stopped after step 1 of 12, checkpointed"):
             train_ssl(make_model().cuda(), method, settings, prot, data, 0, checkpoint=checkpoint)
     with warnings.catch_warnings():
         warnings.simplefilter("error", CheckpointWarning)

@@ -426,7 +426,8 @@ FAILING = [
     ("siamese", "fashion_mnist_iso_keeps_accuracy_with_ema", {"probe": _acc(iso_ema=78.5)}, ()),  # below L's
     ("siamese", "fashion_mnist_iso_keeps_accuracy_without_ema", {"probe": _acc(iso_no_ema=80.5)}, ()),
     ("siamese", "fashion_mnist_L_loses_accuracy_without_ema", {"probe": _acc(L_no_ema=79.5)}, ()),  # within noise
-    ("siamese", "fashion_mnist_iso_beats_L_without_ema", {"probe": _acc(L_ema=85.0, L_no_ema=81.5)}, ()),
+    # L still loses without EMA (83.5 vs 81.5), L_iso keeps its accuracy both ways (83.0 vs 83.5, 82.0 vs 83.0)
+    ("siamese", "fashion_mnist_iso_beats_L_without_ema", {"probe": _acc(L_ema=83.5, L_no_ema=81.5, iso_ema=83.0)}, ()),
     (
         "siamese",
         "fashion_mnist_L_loses_accuracy_without_ema",  # one seed decides nothing
