@@ -6,7 +6,7 @@ With `--nbval` or `--nbval-lax`, each notebook's kernel starts with an isolated 
 live widgets) on one thread. nbval reads the notebooks and never writes them; the outputs it collects from
 each cell are written, once every cell of a notebook passed, to an executed copy in that folder
 (`nbval_run` below). The suite's book build (tests/conftest.py `built`) renders those copies instead of
-executing every notebook a second time (`gradalign.book.build_book(executed=...)`).
+executing every notebook a second time (`gradalign.book.build.build_book(executed=...)`).
 """
 
 from __future__ import annotations

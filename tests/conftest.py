@@ -25,7 +25,7 @@ def one_thread():
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    from gradalign.results import ResultStore
+    from gradalign.records.results import ResultStore
 
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
     return ResultStore(tmp_path / "results")
@@ -41,7 +41,7 @@ def built(tmp_path_factory, request):
     (`first['executed']`). tests/test_notebooks.py checks what ran.
 
     Session-scoped so that test_book.py and test_book_browser.py share one build (it takes minutes)."""
-    from gradalign.book import build_book
+    from gradalign.book.build import build_book
 
     nbval = request.getfixturevalue("nbval_run")
     copies = nbval and nbval["preset"] == "smoke" and nbval["copies"]
@@ -84,8 +84,8 @@ def _forbidden(*args, **kwargs):
 @pytest.fixture
 def no_compute(store, tmp_path, monkeypatch):
     """Nothing may compute, load data or submit a job; the run cache is a fresh folder."""
-    import gradalign.sweep as sweep_module
-    from gradalign import runner
+    import gradalign.compute.sweep as sweep_module
+    from gradalign.records import runner
     from gradalign.experiments import EXPERIMENTS
 
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))

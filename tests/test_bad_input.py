@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradalign import runner
+from gradalign.records import runner
 from gradalign.cli import main
 from gradalign.config import settings_fields
 from gradalign.errors import ConfigError

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from gradalign.bench import BenchStore, run_benchmark
+from gradalign.compute.bench import BenchStore, run_benchmark
 from gradalign.benchmarks.records import Goal, goal_rows
 from gradalign.benchmarks.registry import BENCHMARKS
 from gradalign.cli import main
@@ -72,7 +72,7 @@ def test_bad_bench_input_is_one_line_before_any_compute(argv, message, capsys, t
 
 
 def test_the_performance_page_shows_stored_ratios_with_their_goals(tmp_path, capsys):
-    from gradalign.pages import performance_markdown
+    from gradalign.book.pages import performance_markdown
 
     row = (
         "| `metagrad_step` | time of the JVP pseudo-label gradient / the finite difference | "

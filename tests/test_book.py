@@ -4,7 +4,7 @@ The `built` fixture (conftest.py) builds the book once per test session for both
 
 import pytest
 
-from gradalign.book import library_closure, toc_files
+from gradalign.book.build import library_closure, toc_files
 from gradalign.environment import project_root
 from gradalign.elements import ELEMENTS
 
@@ -15,15 +15,15 @@ def test_toc_lists_the_built_chapter():
 
 
 def test_library_closure_follows_imports():
-    files = {p.name for p in library_closure("from gradalign.runner import load_or_run")}
+    files = {p.name for p in library_closure("from gradalign.records.runner import load_or_run")}
     assert {"runner.py", "results.py", "lga.py", "lga_linear.py", "config.py", "isoloss.py", "siamese.py"} <= files
-    assert "book.py" not in files and "cli.py" not in files and "report.py" not in files
+    assert "build.py" not in files and "cli.py" not in files and "report.py" not in files
 
 
 def test_book_static_fails_the_build_naming_the_install_when_mathjax_is_missing(monkeypatch):
     from sphinx.errors import ExtensionError
 
-    from gradalign import book_static
+    from gradalign.book import static as book_static
 
     assert (book_static.mathjax_dir() / "MathJax.js").is_file()
     monkeypatch.setattr(book_static.importlib.util, "find_spec", lambda name: None)
@@ -68,7 +68,7 @@ def test_book_builds_and_second_build_executes_nothing(built):
 def test_repository_setting_switches_the_buttons_on_only_when_set():
     import yaml
 
-    from gradalign.book import book_config
+    from gradalign.book.build import book_config
 
     text = (project_root() / "_config.yml").read_text()
     assert yaml.safe_load(text)["repository"]["url"] == ""  # this repository's default: no buttons
@@ -82,7 +82,7 @@ def test_curves_csv_holds_every_number_of_the_curves():
     import csv
     import io
 
-    from gradalign.downloads import curve_rows, curves_csv
+    from gradalign.book.downloads import curve_rows, curves_csv
 
     curves = {"step": [0, 10], "lga": {"loss": [[1.0, 0.5], [0.9, None]]}, "runs": [{"gap": [3.0]}], "x": 2}
     rows = list(curve_rows(curves))
@@ -99,7 +99,7 @@ def test_source_archive_is_the_commit_and_says_when_the_tree_differs(tmp_path):
     import subprocess
     import tarfile
 
-    from gradalign.source_archive import code_page_markdown, write_archive
+    from gradalign.book.source_archive import code_page_markdown, write_archive
 
     repo = tmp_path / "repo"
     (repo / "src").mkdir(parents=True)
@@ -153,7 +153,7 @@ def test_references_page_gives_bibtex_for_the_four_papers(built):
 
 
 def test_paths_in_the_checkout_are_shown_relative_to_it(tmp_path):
-    from gradalign.book import relative_paths
+    from gradalign.book.build import relative_paths
 
     root = tmp_path / "checkout"
     assert relative_paths(f"images at {root}/data/imagenet; results in {root}", root) == (
@@ -177,7 +177,7 @@ def _notebook(path, source):
 
 
 def test_notebooks_execute_side_by_side_and_a_failing_one_stops_the_build(tmp_path):
-    from gradalign.book import execute_all
+    from gradalign.book.build import execute_all
 
     good = _notebook(tmp_path / "good.ipynb", "x = 1 + 1")
     bad = _notebook(tmp_path / "bad.ipynb", "raise ValueError('this page is broken')")
@@ -192,7 +192,7 @@ def test_notebooks_execute_side_by_side_and_a_failing_one_stops_the_build(tmp_pa
 
 @pytest.mark.parametrize("value", ["0", "two", "-1"])
 def test_a_bad_book_jobs_setting_is_refused(monkeypatch, value):
-    from gradalign.book import book_jobs
+    from gradalign.book.build import book_jobs
     from gradalign.errors import ConfigError
 
     monkeypatch.setenv("GRADALIGN_BOOK_JOBS", value)
@@ -203,8 +203,8 @@ def test_a_bad_book_jobs_setting_is_refused(monkeypatch, value):
 def test_a_page_that_reads_committed_runs_is_executed_again_when_a_run_is_committed(tmp_path):
     """sgr/02 shows Table 6's rerun so far from the committed runs (`rerun_view`): a new run changes its input key;
     sgr/01 reads only records, so its key stays."""
-    from gradalign.book import input_key
-    from gradalign.results import ResultStore
+    from gradalign.book.build import input_key
+    from gradalign.records.results import ResultStore
 
     store = ResultStore(tmp_path)
     reads_runs, reads_records = (

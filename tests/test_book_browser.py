@@ -7,7 +7,7 @@ phone (a column of about 360 px). One browser visits each page once per width an
 What a reader must be able to reach, at both widths: every display equation (whole, or by scrolling inside the
 column: never clipped, never spilling out of it), every table (in the column, or scrolling inside it, with no
 cell wider than the column), every figure (at its design size or larger, so that its smallest text, 9 pt in
-`gradalign.plotting`, stays at least 9 pt; rendered at 2x or as SVG so that it is sharp).
+`gradalign.book.plotting`, stays at least 9 pt; rendered at 2x or as SVG so that it is sharp).
 GRADALIGN_BOOK_HTML=/path/to/html tests an existing build instead of building one (see conftest.book_html).
 """
 
@@ -21,8 +21,8 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from gradalign import plotting
-from gradalign.book import toc_files
+from gradalign.book import plotting
+from gradalign.book.build import toc_files
 from gradalign.environment import project_root
 
 PAGES = [f"{entry}.html" for entry in toc_files(project_root())]
@@ -414,7 +414,7 @@ PANELS = """() => {
 @pytest.mark.parametrize("width", WIDTHS)
 def test_sidebar_buttons_open_their_panels(browser, book_html, width):
     """The ☰ (site navigation) and "on this page" buttons a reader sees open their panels: the theme bound its
-    handlers to hidden copies of them (pydata-sphinx-theme #2451); gradalign.book_script passes the click on.
+    handlers to hidden copies of them (pydata-sphinx-theme #2451); gradalign.book.script passes the click on.
     On a wide screen the panels are open from the start, and ☰ hides the primary sidebar and shows it again."""
     w, h = WIDTHS[width]
     context = browser.new_context(viewport={"width": w, "height": h})
@@ -448,7 +448,7 @@ RAW_CELL = re.compile(r"^\s*(?:nan|NaN)\s*$|\d\.\d{6,}")  # a missing value or a
 
 @pytest.mark.parametrize("page", PAGES)
 def test_no_raw_data_structures_or_numbers(facts, page):
-    """What a check measured reads as words and numbers (`gradalign.measured`), and a table cell shows neither
+    """What a check measured reads as words and numbers (`gradalign.book.measured`), and a table cell shows neither
     `nan` nor a raw six-decimal float."""
     seen = facts(page)
     found = snippets(RAW_DICT, seen["prose"])  # code cells may hold dict literals

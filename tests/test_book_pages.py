@@ -15,8 +15,8 @@ import re
 
 import pytest
 
-from gradalign import api_page
-from gradalign.bibtex import BIBTEX, bibtex_markdown
+from gradalign.book import api_page
+from gradalign.book.bibtex import BIBTEX, bibtex_markdown
 from gradalign.elements import ELEMENTS, PAPER_ELEMENTS, PARTS
 from gradalign.papers import PAPERS
 
@@ -81,7 +81,10 @@ def test_the_api_page_names_every_methods_module_and_the_entry_points():
     page = api_page.api_markdown()
     for module in api_page.methods_modules():
         assert f".. automodule:: {module}\n" in page
-    assert ".. autofunction:: gradalign.runner.run" in page and ".. automodule:: gradalign.verdict" in page
+    assert (
+        ".. autofunction:: gradalign.records.runner.run" in page
+        and ".. automodule:: gradalign.experiments.verdict" in page
+    )
     assert ".. automodule:: gradalign.experiments.rules" in page and ".. automodule:: gradalign.training.loop" in page
     assert len(api_page.methods_modules()) >= 20 and "gradalign.methods.lga" in api_page.methods_modules()
 
@@ -95,7 +98,7 @@ def test_the_built_api_page_lists_every_public_function_of_methods_and_renders_t
         if f'id="{module}.{name}"' not in page
     ]
     assert not missing, f"{len(missing)} public names of gradalign.methods not on the API page: {missing}"
-    for target in ("runner.run", "verdict.", "experiments.rules.", "training.loop."):
+    for target in ("records.runner.run", "experiments.verdict.", "experiments.rules.", "training.loop."):
         target = f"gradalign.{target}"
         assert f'id="{target}' in page, target
     text = html_lib.unescape(re.sub(r"<[^>]+>", "", page))
@@ -121,9 +124,9 @@ def test_each_part_page_gives_its_paper_as_bibtex(book_html):
 
 
 def test_the_introduction_answers_each_paper_by_name_from_the_records():
-    from gradalign.landing import answers_markdown, short_name
-    from gradalign.report import element_verdict, shown_record
-    from gradalign.results import ResultStore
+    from gradalign.book.landing import answers_markdown, short_name
+    from gradalign.book.report import element_verdict, shown_record
+    from gradalign.records.results import ResultStore
 
     store = ResultStore()
     text = answers_markdown("auto", store, "../")
@@ -147,8 +150,8 @@ def test_the_built_introduction_shows_the_answers(book_html):
 
 
 def test_the_report_summary_is_short_and_each_element_detail_is_folded():
-    from gradalign.report import report_markdown
-    from gradalign.results import ResultStore
+    from gradalign.book.report import report_markdown
+    from gradalign.records.results import ResultStore
 
     text = report_markdown("auto", ResultStore())
     summary, details = text.split("## Check details", 1)

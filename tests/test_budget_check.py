@@ -7,15 +7,16 @@ import math
 
 import pytest
 
-from gradalign import pilots, runner
+from gradalign.compute import pilots
+from gradalign.records import runner
 from gradalign.experiments import get
 from gradalign.experiments.budget_rule import budget_gain, finished_with_budget
 from gradalign.experiments.rules import finished_learning, run_finished
 from gradalign.experiments.sgr import budget
 from gradalign.experiments.sgr.validity import tab3, tab3_claims
 from gradalign.experiments.units import units_of
-from gradalign.results import ResultStore
-from gradalign.run_unit import committed_runs
+from gradalign.records.results import ResultStore
+from gradalign.store.run_unit import committed_runs
 
 
 def _cosine_run(final: float, epochs: int = 30) -> list[float]:
@@ -122,7 +123,7 @@ def test_table3s_precondition_reads_its_committed_half_budget_runs(tmp_path, mon
 def test_a_diverged_run_leaves_its_arm_to_the_tail_rule(monkeypatch):
     """Its stored result, at chance, says nothing of its budget (full [80, 80, 10] against half [79.9] x 3 would read
     as finished, a diverged half run as still improving)."""
-    import gradalign.run_unit as run_unit
+    import gradalign.store.run_unit as run_unit
 
     stored = {"diverged": "non-finite loss at step 3", "final_test_acc": 10.0}
     monkeypatch.setattr(run_unit, "read_entry", lambda folder, unit: {"value": stored})
@@ -133,7 +134,7 @@ def test_a_diverged_run_leaves_its_arm_to_the_tail_rule(monkeypatch):
 
 
 def test_the_budget_checks_follow_the_reruns_they_read_and_assemble_no_record():
-    from gradalign.gpu_window import BACKLOG
+    from gradalign.compute.gpu_window import BACKLOG
 
     half = pilots.budget_overrides("sgr.tab7")
     assert half == {**pilots.RERUNS["sgr.tab7"], "protocol.epochs": 60}  # its 120-epoch rerun's, halved
@@ -168,7 +169,8 @@ def test_an_import_that_places_local_runs_assesses_the_budget_checked_records_ag
     """A window's half-budget runs change a stored record's precondition: the import assesses it again."""
     import json
 
-    from gradalign import gpu_import, rederive
+    from gradalign.compute import gpu_import
+    from gradalign.records import rederive
     from gradalign.environment import project_root
 
     entry = json.loads(next((project_root() / "results" / "runs" / "sgr.local").glob("*.json")).read_text())
@@ -202,7 +204,7 @@ def test_the_page_view_pairs_each_arm_at_both_budgets_and_says_which_finished(mo
     import matplotlib.pyplot as plt
     import IPython.display
 
-    from gradalign import page_budget
+    from gradalign.book import page_budget
 
     def rows(units, arm, metric, higher, tolerance):
         out = []

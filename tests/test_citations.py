@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from gradalign.book import GENERATED
+from gradalign.book.build import GENERATED
 
 ROOT = Path(__file__).resolve().parents[1]
 CITATION = re.compile(r"(?<![\w/.-])((?:\.{1,2}/|[\w-]+/)*[\w-]+\.(?:md|ipynb|yml|yaml|toml|txt|cfg))\b")
 SKIP_DIRS = {".git", ".venv", "_build", "data", "results", "__pycache__", "node_modules"}
 # Library files whose comments still cite the project's former notes. Editing a comment changes the file's
-# bytes and so the code fingerprint of every record computed from it (gradalign.fingerprint hashes raw bytes):
+# bytes and so the code fingerprint of every record computed from it (gradalign.store.fingerprint hashes raw bytes):
 # they are rewritten with the next recomputation of their records, not before.
 FINGERPRINTED = "src/gradalign"
 

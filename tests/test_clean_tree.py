@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from gradalign import environment, storage
+from gradalign import environment
+from gradalign.records import storage
 from gradalign.cli import main
 from gradalign.errors import ConfigError
 

@@ -40,7 +40,7 @@ def test_run_smoke_writes_a_record(store, capsys):
 
 def _stored(monkeypatch, element_id: str, device: str) -> None:
     """Pretend a record computed on `device` is stored (stored_record returns it)."""
-    from gradalign import runner
+    from gradalign.records import runner
 
     record = {
         "id": element_id,
@@ -72,7 +72,7 @@ def test_run_notes_a_stored_record_from_other_hardware(store, capsys, monkeypatc
 
 
 def test_run_show_config_lists_dotted_settings_without_compute(store, capsys, monkeypatch):
-    from gradalign import runner
+    from gradalign.records import runner
     from gradalign.config import settings_fields
     from gradalign.experiments import get
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gradalign import rederive
+from gradalign.records import rederive
 from gradalign.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def env(tmp_path, monkeypatch, no_compute):
     """A results store that exists, a run cache, no GRADALIGN_DATA or GRADALIGN_BOOK_JOBS; nothing may compute,
     build the book or open a window."""
-    from gradalign import book, gpu_window
+    from gradalign.book import build as book
+    from gradalign.compute import gpu_window
 
     (tmp_path / "results").mkdir()
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
@@ -67,7 +68,7 @@ def _one_line(capsys, code: int, fragment: str) -> str:
 
 
 def _window_folder(tmp_path: Path) -> Path:
-    from gradalign.atomic import content_digest
+    from gradalign.store.atomic import content_digest
 
     folder = tmp_path / "window"
     folder.mkdir()
@@ -329,7 +330,7 @@ def test_data_unpacked_onto_a_full_disk_is_one_line_and_leaves_no_part(env, caps
 
 
 def test_report_onto_a_full_disk_is_one_line_and_leaves_no_file(env, capsys, monkeypatch):
-    from gradalign import report
+    from gradalign.book import report
 
     monkeypatch.setattr(report, "report_markdown", lambda preset: "# report\n" * 1000)
     real = os.fsync
@@ -344,7 +345,7 @@ def test_report_onto_a_full_disk_is_one_line_and_leaves_no_file(env, capsys, mon
 
 
 def test_report_onto_a_disk_without_room_is_refused_before_it_is_made(env, capsys, monkeypatch):
-    from gradalign import report
+    from gradalign.book import report
 
     monkeypatch.setattr(report, "report_markdown", _forbidden)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9 - 2**10, 2**10))
@@ -353,7 +354,7 @@ def test_report_onto_a_disk_without_room_is_refused_before_it_is_made(env, capsy
 
 
 def test_report_writes_its_file_whole(env, capsys, monkeypatch):
-    from gradalign import report
+    from gradalign.book import report
 
     monkeypatch.setattr(report, "report_markdown", lambda preset: "# the report\n")
     assert main(["report", "--out", str(env / "r.md")]) == 0
@@ -372,7 +373,7 @@ def test_report_writes_its_file_whole(env, capsys, monkeypatch):
 )
 def test_any_storage_error_left_is_one_line(error, env, capsys, monkeypatch):
     """The last net: an OSError no command turned into its own message is still one line, exit 2."""
-    from gradalign import report
+    from gradalign.book import report
 
     def fail(preset):
         raise error
@@ -382,7 +383,7 @@ def test_any_storage_error_left_is_one_line(error, env, capsys, monkeypatch):
     assert ("/x" in line) == (error.filename is not None)
 
 
-# --- python -m gradalign.rederive ----------------------------------------------------------------------------
+# --- python -m gradalign.records.rederive ----------------------------------------------------------------------------
 
 
 def _rederive(capsys, code_expected: int = 2) -> str:
@@ -410,7 +411,7 @@ def test_rederive_refuses_a_read_only_store(env, capsys, monkeypatch):
 
 
 def test_rederive_stops_in_one_line_when_a_write_fails(env, capsys, monkeypatch):
-    from gradalign.atomic import StorageError
+    from gradalign.store.atomic import StorageError
 
     record = next((ROOT / "results" / "lga" / "lga.fig1").glob("cpu-*.json"))
     (env / "results" / "lga" / "lga.fig1").mkdir(parents=True)

@@ -12,12 +12,13 @@ import shutil
 
 import pytest
 
-from gradalign import environment, runner
+from gradalign import environment
+from gradalign.records import runner
 from gradalign.experiments import get
 from gradalign.experiments.lga import shells
-from gradalign.results import ResultStore
-from gradalign.run_unit import check_entry, committed_runs, entry_path
-from gradalign.runcache import RunCacheWarning
+from gradalign.records.results import ResultStore
+from gradalign.store.run_unit import check_entry, committed_runs, entry_path
+from gradalign.store.runcache import RunCacheWarning
 
 TINY = {
     "d": 5,
@@ -99,7 +100,7 @@ def test_smoke_runs_are_not_committed(tmp_path, monkeypatch):
 def test_a_sweep_commits_its_units_with_their_hardware_and_a_rerun_reads_them(tmp_path, monkeypatch):
     """At `cpu` each job commits its entry (with the hardware it ran on); a rerun with an empty run cache finds
     every unit committed and submits nothing."""
-    from gradalign.sweep import sweep
+    from gradalign.compute.sweep import sweep
 
     results = tmp_path / "results"
     monkeypatch.setenv("GRADALIGN_RESULTS", str(results))

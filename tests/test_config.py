@@ -7,7 +7,7 @@ from typing import Literal
 
 import pytest
 
-from gradalign import runner
+from gradalign.records import runner
 from gradalign.config import (
     PRESETS,
     Config,
@@ -18,9 +18,9 @@ from gradalign.config import (
     settings_fields,
 )
 from gradalign.errors import ConfigError
-from gradalign.overrides import parse_override
+from gradalign.compute.overrides import parse_override
 from gradalign.experiments import EXPERIMENTS
-from gradalign.notebook import resolve_preset
+from gradalign.book.notebook import resolve_preset
 
 
 def _forbid_compute(monkeypatch, element_id):
@@ -367,7 +367,7 @@ def test_sizes_at_their_bound_are_accepted():
 
 
 def test_a_setting_given_twice_is_refused():
-    from gradalign.overrides import parse_overrides
+    from gradalign.compute.overrides import parse_overrides
 
     assert parse_overrides(["steps=5", "trial.lr=0.1"]) == {"steps": 5, "trial.lr": 0.1}
     with pytest.raises(ConfigError, match=r"^--set steps is given twice \(50 and 60\); give each setting once$"):

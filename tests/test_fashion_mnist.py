@@ -64,7 +64,7 @@ def test_real_fashion_mnist(tmp_path):
 
 
 def test_torchvision_guard_gives_working_transforms():
-    from gradalign.vision import import_torchvision
+    from gradalign.data.vision import import_torchvision
 
     tv = import_torchvision()
     out = tv.transforms.functional.hflip(torch.arange(6.0).reshape(1, 2, 3))

@@ -12,7 +12,7 @@ import warnings
 import pytest
 import torch
 
-from gradalign import timebox
+from gradalign.training import timebox
 from gradalign.cli import main
 from gradalign.errors import ConfigError
 from gradalign.methods.consistency import vat_perturbation

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gradalign.results import RecordWarning, ResultStore, record_digest
-from gradalign.verdict import derive_verdict
+from gradalign.records.results import RecordWarning, ResultStore, record_digest
+from gradalign.experiments.verdict import derive_verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,7 +107,7 @@ def test_a_forged_record_is_not_counted_by_the_reports(tmp_path):
 
 
 def test_a_passed_check_that_breaks_its_own_rule_is_found():
-    from gradalign.recheck import _breaks_own_rule
+    from gradalign.records.recheck import _breaks_own_rule
 
     assert _breaks_own_rule({"passed": True, "value": 0.5, "rule": "max |c - 1| < 1e-2 at the last step"})
     assert _breaks_own_rule({"passed": True, "value": 0.3, "rule": "accuracy > 0.4 (chance 0.2)"})

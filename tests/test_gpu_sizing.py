@@ -7,11 +7,18 @@ import json
 
 import pytest
 
-from gradalign.atomic import content_digest, write_json_atomically
+from gradalign.store.atomic import content_digest, write_json_atomically
 from gradalign.experiments import get
 from gradalign.experiments.units import units_of
-from gradalign.gpu_sizing import committed_times, hardware_class, median_ratio, run_seconds, speedups, unit_minutes
-from gradalign.run_unit import entry_path, write_entry
+from gradalign.compute.gpu_sizing import (
+    committed_times,
+    hardware_class,
+    median_ratio,
+    run_seconds,
+    speedups,
+    unit_minutes,
+)
+from gradalign.store.run_unit import entry_path, write_entry
 
 CPU = "CPU: AMD EPYC, 1 thread of 2 cores"
 GPU = "NVIDIA H100 80GB HBM3 (CUDA 13.0)"
@@ -76,7 +83,7 @@ def test_only_one_thread_of_a_two_core_cpu_counts_as_this_cpu():
 
 
 def test_the_backlog_page_sizes_units_from_committed_times(tmp_path, units):
-    from gradalign.window_report import backlog_markdown
+    from gradalign.compute.window_report import backlog_markdown
 
     _write(tmp_path / "runs", units["Layer"][0], CPU, 600.0)
     _write(tmp_path / "runs", units["Layer"][1], GPU, 150.0)

@@ -16,12 +16,12 @@ import sys
 
 import pytest
 
-from gradalign import gpu_window as window_module
+from gradalign.compute import gpu_window as window_module
 from gradalign.cli import main
 from gradalign.errors import ConfigError
-from gradalign.gpu_import import import_window
-from gradalign.gpu_window import MAX_FILES, gpu_window
-from gradalign.results import ResultStore
+from gradalign.compute.gpu_import import import_window
+from gradalign.compute.gpu_window import MAX_FILES, gpu_window
+from gradalign.records.results import ResultStore
 
 TINY = {
     "width": 0.0625,
@@ -98,7 +98,7 @@ def test_import_keeps_a_committed_run_over_a_later_windows_copy(tmp_path, monkey
     """A second window on the warm machine read its first's runs from the run cache and sent them back with
     hardware "unknown": the import keeps the committed entry (its H100 provenance), and refuses, naming it, a copy
     whose value differs."""
-    from gradalign.atomic import content_digest
+    from gradalign.store.atomic import content_digest
 
     _machine(monkeypatch, tmp_path, "gpu")
     gpu_window(5, tmp_path / "out", BACKLOG, device="cpu", bench=False, echo=lambda _: None)
@@ -148,7 +148,8 @@ def test_the_window_imports_without_the_book_toolchain():
         "import sys\n"
         f"for name in {blocked!r}: sys.modules[name] = None\n"
         "from gradalign.cli import main\n"
-        "import gradalign.gpu_window, gradalign.gpu_import, gradalign.runner, gradalign.bench\n"
+        "import gradalign.compute.gpu_window, gradalign.compute.gpu_import\n"
+        "import gradalign.records.runner, gradalign.compute.bench\n"
         "sys.exit(main(['gpu-window', '--help']))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -183,7 +184,7 @@ def test_a_window_with_workers_trains_units_in_parallel_and_assembles_the_record
 
 def test_a_pool_window_closed_at_once_begins_no_unit(tmp_path, monkeypatch):
     """A deadline already past: every unit is reported as not begun, nothing is committed, no record."""
-    from gradalign.window_pool import train_in_pool
+    from gradalign.compute.window_pool import train_in_pool
 
     _machine(monkeypatch, tmp_path, "gpu")
     from gradalign.experiments import get
@@ -202,7 +203,7 @@ def test_the_window_keeps_the_names_of_the_cuda_tests_that_failed(monkeypatch):
     from types import SimpleNamespace
 
     out = "....F\nFAILED tests/test_fast_path.py::test_x - TypeError: RNG state\n1 failed, 4 passed in 3.0s"
-    from gradalign import window_measure
+    from gradalign.compute import window_measure
 
     monkeypatch.setattr(window_measure.subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=out, returncode=1))
     result = window_measure.cuda_tests(SimpleNamespace(type="cuda"), lambda: 300.0)
@@ -213,7 +214,7 @@ def test_the_window_keeps_the_names_of_the_cuda_tests_that_failed(monkeypatch):
 def test_import_keeps_the_window_report_and_the_compute_page_shows_it(tmp_path, monkeypatch):
     """The report lands under results/windows/ with its digest; the compute page's section lists its units by
     experiment with their wall time; an edited report is named as such and not shown."""
-    from gradalign.window_report import stored_windows, windows_markdown
+    from gradalign.compute.window_report import stored_windows, windows_markdown
 
     _machine(monkeypatch, tmp_path, "gpu")
     gpu_window(5, tmp_path / "out", BACKLOG, device="cpu", bench=False, echo=lambda _: None)
@@ -235,7 +236,7 @@ def test_import_keeps_the_window_report_and_the_compute_page_shows_it(tmp_path, 
 
 
 def test_a_record_assembled_from_runs_on_two_machines_names_both():
-    from gradalign.record_text import where_computed
+    from gradalign.book.record_text import where_computed
 
     prov = {
         "hardware": "CPU: AMD EPYC, 2 threads of 2 cores",
@@ -252,8 +253,8 @@ def test_a_record_assembled_from_runs_on_two_machines_names_both():
 def test_a_unit_stopped_part_way_projects_its_full_time():
     """The box stops a run at a checkpoint; its message gives the steps it reached, and the report projects the
     full unit from them (a message without steps projects nothing)."""
-    from gradalign.window_pool import stopped_at
-    from gradalign.window_report import projected_times
+    from gradalign.compute.window_pool import stopped_at
+    from gradalign.compute.window_report import projected_times
 
     message = "time box: LGA (seed 0) stopped after step 1500 of 6000, checkpointed; run the same command again"
     assert stopped_at(message) == [1500, 6000] and stopped_at("the time box closed before x could begin") is None
@@ -266,7 +267,7 @@ def test_a_run_the_box_stopped_resumes_in_the_next_window_from_its_carried_check
     travels in the window's files, import places it in the checkout's window-carry/, and window 2, on a fresh machine
     with that folder, resumes the run there: the result equals the run trained in one piece."""
     from gradalign.training import loop
-    from gradalign.window_carry import CARRY_FILE, CARRY_FOLDER
+    from gradalign.compute.window_carry import CARRY_FILE, CARRY_FOLDER
 
     backlog = (("sgr.fig2", "cpu", {**TINY, "seeds": 1, "protocol.epochs": 2}),)
     home = _machine(monkeypatch, tmp_path, "cpu")
@@ -306,7 +307,7 @@ def test_import_refuses_a_carried_checkpoint_that_was_edited_or_misnamed(tmp_pat
     import tarfile
 
     from gradalign.training.checkpoint import save_checkpoint
-    from gradalign.window_carry import CARRY_FOLDER, place
+    from gradalign.compute.window_carry import CARRY_FOLDER, place
 
     good = save_checkpoint(tmp_path / "c.pt", "0" * 16, {"step": 1})
     raw = good.read_bytes()
@@ -335,7 +336,7 @@ def test_checkpoints_travel_compressed_over_several_files_and_import_places_each
     import os
 
     from gradalign.training.checkpoint import save_checkpoint
-    from gradalign.window_carry import CARRY_FOLDER, bundle, carry_files, checkpoint_path
+    from gradalign.compute.window_carry import CARRY_FOLDER, bundle, carry_files, checkpoint_path
 
     cache, limit = tmp_path / "cache", 400_000
     keys = [c * 16 for c in "abcd"]
@@ -352,7 +353,7 @@ def test_checkpoints_travel_compressed_over_several_files_and_import_places_each
     carried, left = bundle([("sgr.local", k) for k in keys], cache, files, limit)
     assert carried == [f"sgr.local/{k}" for k in keys[:3]] and left == [f"sgr.local/{keys[3]}"]
     assert [f.is_file() for f in files] == [True, True, False] and all(f.stat().st_size <= limit for f in files[:2])
-    from gradalign.window_carry import place
+    from gradalign.compute.window_carry import place
 
     placed = []
     for f in files[:2]:
@@ -366,8 +367,8 @@ def test_checkpoints_travel_compressed_over_several_files_and_import_places_each
 def test_the_compute_page_lists_the_backlog_with_what_is_committed(tmp_path):
     from gradalign.experiments import get
     from gradalign.experiments.units import units_of
-    from gradalign.run_unit import write_entry
-    from gradalign.window_report import backlog_markdown
+    from gradalign.store.run_unit import write_entry
+    from gradalign.compute.window_report import backlog_markdown
 
     element_id, preset, overrides = window_module.BACKLOG[0]
     units = units_of(element_id, get(element_id).resolve(preset, overrides))
@@ -389,8 +390,8 @@ def test_two_backlog_items_that_share_runs_train_each_run_once(tmp_path, monkeyp
 
 
 def test_skip_leaves_out_the_elements_another_machine_trains():
-    from gradalign.gpu_window import BACKLOG as REAL
-    from gradalign.window_cli import without
+    from gradalign.compute.gpu_window import BACKLOG as REAL
+    from gradalign.compute.window_cli import without
 
     kept = without(REAL, ["sgr.tab7"])
     assert {e for e, _, _ in REAL} - {e for e, _, _ in kept} == {"sgr.tab7"}
@@ -425,7 +426,7 @@ def test_a_local_tables_unit_an_earlier_window_saw_diverge_is_trained_again():
     runs (tuning moves to the next rate) and the λ pilot's (validation split) are not."""
     from gradalign.experiments import get
     from gradalign.experiments.units import units_of
-    from gradalign.gpu_import import retried as _retried
+    from gradalign.compute.gpu_import import retried as _retried
 
     six = units_of("sgr.tab6", get("sgr.tab6").resolve("cpu"))
     assert all(_retried(u) for u in six)
@@ -438,7 +439,7 @@ def test_a_local_tables_unit_an_earlier_window_saw_diverge_is_trained_again():
 def test_a_window_trains_again_a_local_tables_unit_an_earlier_window_saw_diverge(tmp_path, monkeypatch, workers):
     """An earlier window's report says Table 3's SGR run diverged (under the old stop rule); its divergence is now
     its result, so this window trains it, on the one-worker and the pool path, and assembles the record."""
-    from gradalign.atomic import content_digest, write_json_atomically
+    from gradalign.store.atomic import content_digest, write_json_atomically
     from gradalign.experiments import get
     from gradalign.experiments.units import units_of
 

@@ -202,7 +202,7 @@ def test_at_least_sixty_cases():
 
 
 def test_sweep_into_a_read_only_cache_is_refused_before_submission(no_compute, capsys, tmp_path, monkeypatch):
-    import gradalign.sweep as sweep_module
+    import gradalign.compute.sweep as sweep_module
 
     monkeypatch.setattr(sweep_module, "make_executor", lambda *args: object())  # options valid; nothing submits
     _refuse_writes_under(monkeypatch, tmp_path / "cache", errno.EROFS)

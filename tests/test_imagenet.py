@@ -21,7 +21,7 @@ from gradalign.models.imagenet import (
     local_heads,
     split_units,
 )
-from gradalign.vision import import_torchvision
+from gradalign.data.vision import import_torchvision
 
 PUBLISHED = {
     "resnet18": 11_689_512,

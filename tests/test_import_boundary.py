@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gradalign.atomic import content_digest
+from gradalign.store.atomic import content_digest
 from gradalign.cli import main
-from gradalign.runcache import run_key
+from gradalign.store.runcache import run_key
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = next((ROOT / "results" / "lga" / "lga.fig1").glob("cpu-*.json"))  # read, never written
@@ -73,7 +73,7 @@ def _write(folder: Path, name: str, document) -> None:
 @pytest.fixture
 def window(tmp_path, monkeypatch):
     """A window's folder that imports cleanly: one run entry, one record, a dated report, a bench file."""
-    from gradalign.run_unit import SCHEMA
+    from gradalign.store.run_unit import SCHEMA
 
     assert SCHEMA == 1
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
@@ -264,7 +264,7 @@ def test_a_gzip_bomb_is_refused_while_it_is_read(window, tmp_path, capsys, monke
     1 MiB, 64 MiB of zeros (64 KiB packed) stops at the bound, and nothing of the folder is placed."""
     import zlib
 
-    from gradalign import window_carry
+    from gradalign.compute import window_carry
 
     monkeypatch.setattr(window_carry, "MAX_CHECKPOINT_BYTES", 2**20)
     inflated = []
@@ -295,7 +295,7 @@ def test_a_gzip_bomb_is_refused_while_it_is_read(window, tmp_path, capsys, monke
 
 
 def test_a_member_over_its_size_is_refused_before_it_is_read(window, tmp_path, capsys, monkeypatch):
-    from gradalign import window_carry
+    from gradalign.compute import window_carry
 
     monkeypatch.setattr(window_carry, "MAX_MEMBER_BYTES", 1000)
     _tar(window, {"runs/sgr.local/" + "b" * 16 + ".pt.gz": os.urandom(2000)})
@@ -305,7 +305,7 @@ def test_a_member_over_its_size_is_refused_before_it_is_read(window, tmp_path, c
 
 
 def test_a_json_file_over_its_size_is_refused_unread(window, tmp_path, capsys, monkeypatch):
-    from gradalign import import_checks
+    from gradalign.compute import import_checks
 
     monkeypatch.setattr(import_checks, "MAX_JSON_BYTES", 100)
     assert main(_import(window, tmp_path / "store")) == 2
@@ -314,7 +314,7 @@ def test_a_json_file_over_its_size_is_refused_unread(window, tmp_path, capsys, m
 
 
 def test_a_placed_path_must_stay_inside_the_store(tmp_path):
-    from gradalign.import_checks import HostileImport, inside
+    from gradalign.compute.import_checks import HostileImport, inside
 
     assert inside(tmp_path, tmp_path / "runs" / "a" / "b.json") == tmp_path / "runs" / "a" / "b.json"
     for escape in (tmp_path / ".." / "x.json", tmp_path / "runs" / ".." / ".." / "x", Path("/etc/passwd")):

@@ -11,7 +11,7 @@ from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.isoloss.deep_siamese import TITLES, pretraining_data, trivial
 from gradalign.experiments.isoloss.trivial_rows import ROWS, data_statistics, trivial_rows
 from gradalign.experiments.isoloss.validity import ABOVE_TRIVIAL, above_trivial, tab1
-from gradalign.verdict import derive_verdict, reason
+from gradalign.experiments.verdict import derive_verdict, reason
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from gradalign import runner
+from gradalign.records import runner
 from gradalign.methods.gradient_descent import gradient_descent_closed_form, gradient_descent_iterates
 from gradalign.data.linear_regression import diagonal_problem, gaussian_problem
 from gradalign.experiments.lga.linear import first_passage
@@ -111,7 +111,7 @@ def test_smoke_experiments_reproduce_the_claims(store):
 
 
 def test_seeded_runs_are_bit_identical(store, tmp_path, monkeypatch):
-    from gradalign.results import ResultStore
+    from gradalign.records.results import ResultStore
 
     a = runner.run("lga.fig1", "smoke", {"steps": 3000}, store=store)
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "other cache"))  # nothing shared: computed twice

@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from gradalign import timebox
-from gradalign.divergence import accuracy_chance
+from gradalign.training import timebox
+from gradalign.methods.divergence import accuracy_chance
 from gradalign.errors import DivergenceError
 from gradalign.training import loop
 from gradalign.training.checkpoint import CheckpointWarning

@@ -7,13 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gradalign import runner
+from gradalign.records import runner
 from gradalign.errors import ConfigError, NotRunHereError
 from gradalign.experiments import EXPERIMENTS
 from gradalign.methods.semimeta import SemiMetaSettings, pseudo_labels, semimeta_step
 from gradalign.models import resnet18, shake_shake
-from gradalign.report import NO_RECORD, element_verdict
-from gradalign.results import ResultStore
+from gradalign.book.report import NO_RECORD, element_verdict
+from gradalign.records.results import ResultStore
 from gradalign.training.semimeta import MODELS, SemiMetaRunSpec
 
 
@@ -145,7 +145,7 @@ def test_the_cpu_projection_is_the_measured_seconds_times_the_step_ratio():
 
 
 def test_the_projection_needs_both_stored_measurements(tmp_path, monkeypatch):
-    from gradalign.page_helpers import table2_projection
+    from gradalign.book.page_helpers import table2_projection
 
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))  # no bench record, no committed runs
     assert table2_projection() is None

@@ -2,8 +2,8 @@
 executes each notebook cell by cell (the root conftest.py keeps its outputs), and the suite's book build renders
 those copies (`built` in tests/conftest.py); without nbval, the book build executes them (papermill). These tests
 check what ran: every code cell, none raised, and the experiments stored their smoke records. Static checks
-keep the notebooks thin: the helpers they share live in `gradalign.page_helpers` and `gradalign.plotting` (ruff
-lints the notebooks in `make test`), figure titles name our figure and the paper's, never a verdict, and verdict
+keep the notebooks thin: the helpers they share live in `gradalign.book.page_helpers` and `gradalign.book.plotting`
+(ruff lints the notebooks in `make test`), figure titles name our figure and the paper's, never a verdict, and verdict
 cells hold no rules written by hand (the rendered verdict carries them).
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from gradalign import plotting
-from gradalign.book import toc_files
+from gradalign.book import plotting
+from gradalign.book.build import toc_files
 from gradalign.elements import PARTS
 from gradalign.environment import project_root
 
@@ -66,7 +66,7 @@ def test_every_notebook_ran_once_at_smoke_without_an_error(built, nbval_run):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_no_shared_helper_is_defined_again(path):
     found = [m.group(0) for source in cells(path, "code") for m in SHARED.finditer(source)]
-    assert not found, f"{path.name}: defines {found}: import it from gradalign.page_helpers / plotting"
+    assert not found, f"{path.name}: defines {found}: import it from gradalign.book.page_helpers / plotting"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

@@ -1,13 +1,13 @@
-"""The pilots (`gradalign.pilots`): their runs are the elements' own runs under the candidate settings, and a page
-reads them from the committed entries only, each judged by its element's finished-learning rule."""
+"""The pilots (`gradalign.compute.pilots`): their runs are the elements' own runs under the candidate settings, and
+a page reads them from the committed entries only, each judged by its element's finished-learning rule."""
 
 from __future__ import annotations
 
 import pytest
 
-from gradalign import pilots
+from gradalign.compute import pilots
 from gradalign.experiments import reference
-from gradalign.run_unit import write_entry
+from gradalign.store.run_unit import write_entry
 
 
 def test_lga_pilot_shares_its_supervised_run_with_the_reference():
@@ -50,7 +50,7 @@ def test_table7_pilot_is_seed_0_of_its_settings_and_closed_before_its_last_runs(
     from gradalign.experiments import get
     from gradalign.experiments.sgr.local_runs import CALIBRATED
     from gradalign.experiments.units import units_of
-    from gradalign.gpu_window import BACKLOG
+    from gradalign.compute.gpu_window import BACKLOG
 
     pilot = pilots.PILOTS["sgr.tab7"]
     units = pilot.units(pilot)
@@ -85,18 +85,18 @@ def test_pilots_over_the_budget_train_here_only_when_asked(monkeypatch, capsys):
 
 
 def test_a_gpu_pilot_page_points_to_the_backlog_or_says_why_it_closed(tmp_path, monkeypatch, capsys):
-    from gradalign.page_helpers import pilot_view
+    from gradalign.book.page_helpers import pilot_view
 
     monkeypatch.setattr(pilots, "_committed", lambda: tmp_path)  # nothing committed
     pilot_view("sgr.tab7", "epoch", "test accuracy (%)")
     out = capsys.readouterr().out
     assert "Not committed yet (9 of 9)" in out and "Closed before these runs" in out and "GPU backlog" not in out
-    assert "python -m gradalign.pilots" not in out
+    assert "python -m gradalign.compute.pilots" not in out
     assert "Global BP, VGG-12" in out and "SGR, VGG-57" in out  # each arm names its depth
     monkeypatch.setattr(pilots, "CLOSED", {})  # a GPU pilot still open: its runs wait in the backlog
     pilot_view("sgr.tab7", "epoch", "test accuracy (%)")
     out = capsys.readouterr().out
-    assert "GPU backlog" in out and "Closed" not in out and "python -m gradalign.pilots" not in out
+    assert "GPU backlog" in out and "Closed" not in out and "python -m gradalign.compute.pilots" not in out
 
 
 def test_an_elements_runs_so_far_compare_only_arms_with_every_seed(tmp_path, monkeypatch):
@@ -104,7 +104,7 @@ def test_an_elements_runs_so_far_compare_only_arms_with_every_seed(tmp_path, mon
 
     from gradalign.experiments import get
     from gradalign.experiments.units import units_of
-    from gradalign.page_helpers import rerun_view
+    from gradalign.book.page_helpers import rerun_view
 
     monkeypatch.setattr(pilots, "_committed", lambda: tmp_path)
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "home"))  # its windows/: none yet

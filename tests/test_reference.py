@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gradalign.experiments import reference
-from gradalign.run_unit import RunCacheWarning, entry_path, write_entry
+from gradalign.store.run_unit import RunCacheWarning, entry_path, write_entry
 from gradalign.experiments.lga.ssl_runs import run_unit
 
 FLAT = [30.0, 22.0, 20.0, 19.9, 19.9, 19.9, 19.9, 19.9, 19.9, 19.9]  # finished learning

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from gradalign.comparison import COMPARISONS, paper_vs_ours
+from gradalign.book.comparison import COMPARISONS, paper_vs_ours
 from gradalign.papers import ISOLOSS_TABLE1, LGA_TABLE1
 from gradalign.elements import ELEMENTS
-from gradalign.report import report_markdown
-from gradalign.results import ResultStore
+from gradalign.book.report import report_markdown
+from gradalign.records.results import ResultStore
 from gradalign.training.ssl import TITLES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def test_report_lists_every_element_and_the_stored_comparisons(tmp_path):
 
 
 def _stored(element_id):
-    from gradalign.runner import stored_record
+    from gradalign.records.runner import stored_record
 
     record = stored_record(element_id, "cpu")
     assert record is not None, f"the committed cpu record of {element_id} is missing"
@@ -85,7 +85,7 @@ def _stored(element_id):
 
 
 def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_apart():
-    from gradalign.report import scale_of, split_counts, summary_counts, verdict_text
+    from gradalign.book.report import scale_of, split_counts, summary_counts, verdict_text
 
     record = _stored("sgr.lam")  # a one-seed pilot: not a valid test of a difference
     assert record["verdict"]["status"] == "inconclusive" and "enough_seeds" in record["verdict"]["unmet"]
@@ -106,7 +106,7 @@ def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_
 def test_the_scale_line_counts_finished_runs_as_the_precondition_does():
     """One count of unfinished runs per page: the scale line reads the finished-learning precondition's own value
     (before, it counted runs at their best at the last evaluation, another number under the same words)."""
-    from gradalign.report import scale_of
+    from gradalign.book.report import scale_of
 
     record = json.loads(next((ROOT / "results" / "lga" / "lga.fig7").glob("cpu-*.json")).read_text())
     finished = record["preconditions"]["finished_learning"]["value"]
@@ -118,9 +118,9 @@ def test_the_scale_line_counts_finished_runs_as_the_precondition_does():
 
 
 def test_a_record_whose_code_changed_is_stale(tmp_path):
-    from gradalign.fingerprint import code_fingerprint
-    from gradalign.report import stale_text
-    from gradalign.runner import run, stale_files
+    from gradalign.store.fingerprint import code_fingerprint
+    from gradalign.book.report import stale_text
+    from gradalign.records.runner import run, stale_files
 
     record = run("lga.fig2", "smoke", store=ResultStore(tmp_path))
     module = "gradalign.experiments.lga.shells_figure"
@@ -142,7 +142,7 @@ def test_a_record_whose_code_changed_is_stale(tmp_path):
 
 
 def test_the_fingerprint_follows_imports_and_names_changed_files():
-    from gradalign.fingerprint import changed_files, code_fingerprint
+    from gradalign.store.fingerprint import changed_files, code_fingerprint
 
     files = code_fingerprint("gradalign.experiments.lga.linear")
     assert {"experiments/lga/linear.py", "methods/lga_linear.py", "experiments/base.py"} <= set(files)
@@ -153,7 +153,7 @@ def test_the_fingerprint_follows_imports_and_names_changed_files():
 def test_the_report_links_every_built_id_to_its_page():
     from gradalign.experiments import EXPERIMENTS
 
-    from gradalign.toc import in_book
+    from gradalign.book.toc import in_book
 
     text = report_markdown("auto", ResultStore())
     for element_id, exp in EXPERIMENTS.items():
@@ -168,7 +168,7 @@ def test_the_report_links_every_built_id_to_its_page():
 
 def test_targets_are_shown_apart_from_the_checks():
     from gradalign.experiments.base import check
-    from gradalign.report import checks_markdown, targets_markdown
+    from gradalign.book.report import checks_markdown, targets_markdown
 
     record = {
         "checks": {"claim_holds": check(True, 0.5, "x < 1", "the paper's claim")},
@@ -181,7 +181,7 @@ def test_targets_are_shown_apart_from_the_checks():
 
 def test_markdown_cells_escape_pipes_and_round_values():
     from gradalign.experiments.base import check
-    from gradalign.report import checks_markdown, format_value
+    from gradalign.book.report import checks_markdown, format_value
 
     table = checks_markdown({"checks": {"a_b": check(False, 0.123456, "|x| < 1", "claim")}})
     assert "\\|x\\| < 1" in table and "0.123" in table and "0.123456" not in table
@@ -190,7 +190,7 @@ def test_markdown_cells_escape_pipes_and_round_values():
 
 
 def test_a_finished_learning_value_reads_as_words():
-    from gradalign.report import format_value
+    from gradalign.book.report import format_value
 
     value = {"finished": 4, "runs": 6, "still_improving": ["a/seed0", "b/seed1"]}
     assert format_value(value, page=False) == "4 of 6 runs finished; still improving: a/seed0, b/seed1"
@@ -199,7 +199,7 @@ def test_a_finished_learning_value_reads_as_words():
 
 
 def test_book_markers_are_filled_from_the_store():
-    from gradalign.pages import fill_markers
+    from gradalign.book.pages import fill_markers
 
     text = fill_markers(
         "a <!-- gradalign: scoreboard -->\n<!-- gradalign: elements lga -->\n<!-- gradalign: references -->",
@@ -214,7 +214,7 @@ def test_book_markers_are_filled_from_the_store():
 
 
 def test_the_compute_page_lists_every_record_and_the_pinned_environment():
-    from gradalign.pages import compute_markdown, how_to_run_markdown
+    from gradalign.book.pages import compute_markdown, how_to_run_markdown
 
     text = compute_markdown("auto", ResultStore())
     for element_id in ("lga.fig1", "lga.fig5", "isoloss.tab1"):
@@ -227,7 +227,7 @@ def test_the_compute_page_lists_every_record_and_the_pinned_environment():
 
 
 def test_scale_caption_names_the_training_time_of_shared_runs():
-    from gradalign.plotting import TEXT_WIDTH_CHARS, scale_caption
+    from gradalign.book.plotting import TEXT_WIDTH_CHARS, scale_caption
 
     record = {
         "preset": "cpu",
@@ -250,7 +250,7 @@ def test_scale_caption_names_the_training_time_of_shared_runs():
 
 
 def test_an_id_links_to_its_page_only_when_the_page_is_in_the_book(tmp_path, monkeypatch):
-    from gradalign import report, toc
+    from gradalign.book import report, toc
 
     (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: book/intro\nparts:\n  - chapters:\n      - file: x/a\n")
     assert toc.toc_files(tmp_path) == ["book/intro", "x/a"]
@@ -261,7 +261,7 @@ def test_an_id_links_to_its_page_only_when_the_page_is_in_the_book(tmp_path, mon
 
 
 def test_verdict_rows_name_every_seed_and_the_training_time_of_shared_runs():
-    from gradalign.report import provenance_line
+    from gradalign.book.report import provenance_line
 
     record = {
         "preset": "cpu",
@@ -283,7 +283,7 @@ def test_verdict_rows_name_every_seed_and_the_training_time_of_shared_runs():
 
 
 def test_our_table_cells_say_their_spread_is_a_standard_deviation():
-    from gradalign.page_helpers import mean_std_cell
+    from gradalign.book.page_helpers import mean_std_cell
 
     assert mean_std_cell({"mean": 12.634, "std": 0.52, "n": 3}) == "12.63 ± 0.52 sd"
     assert mean_std_cell({"mean": 12.634, "std": 0.0, "n": 1}) == "12.63"  # one seed: no spread
@@ -311,7 +311,7 @@ def test_every_measured_value_in_the_committed_records_reads_as_words_and_number
     of check and precondition value the committed records hold."""
     import re
 
-    from gradalign.measured import format_value
+    from gradalign.book.measured import format_value
 
     seen, bad = 0, []
     for record, table, name, value in committed_values():
@@ -327,7 +327,7 @@ def test_every_measured_value_in_the_committed_records_reads_as_words_and_number
 
 
 def test_each_precondition_kind_in_words():
-    from gradalign.measured import format_value, number
+    from gradalign.book.measured import format_value, number
 
     assert format_value({"runs": 3, "worst": 4.53, "worst_run": "vat/250/seed 1"}) == (
         "worst run 4.53 % error (vat/250/seed 1; 3 runs)"
@@ -366,7 +366,7 @@ def test_each_precondition_kind_in_words():
 
 
 def test_a_verdict_reason_names_claims_not_check_ids():
-    from gradalign.measured import reason_text
+    from gradalign.book.measured import reason_text
 
     for record, table, name, _ in committed_values():
         if table != "checks" or record["verdict"]["status"] == "reproduced":
@@ -377,7 +377,7 @@ def test_a_verdict_reason_names_claims_not_check_ids():
 
 
 def test_runs_without_their_hardware_say_so_in_words():
-    from gradalign.record_text import hardware_text, where_computed
+    from gradalign.book.record_text import hardware_text, where_computed
 
     provenance = {
         "hardware": "CPU: AMD EPYC, 1 thread of 2 cores",

@@ -11,11 +11,12 @@ import time
 
 import pytest
 
-from gradalign import runner, timebox
+from gradalign.records import runner
+from gradalign.training import timebox
 from gradalign.cli import main
 from gradalign.data import fashion_mnist, image_sets, imagenet_folder, ssl_data  # noqa: F401 (ssl_data: see below)
 from gradalign.errors import ConfigError
-from gradalign.run_unit import Unit, committed_runs, read_entry
+from gradalign.store.run_unit import Unit, committed_runs, read_entry
 from gradalign.runtime import threads_from_env
 from gradalign.training import checkpoint as checkpoint_module
 from test_loop import STEPS, FakeRun, Interrupted, assert_same_result, train
@@ -264,7 +265,7 @@ def test_ssl_and_semimeta_runs_resume_between_evaluations_and_others_do_not():
 
 
 def test_carried_checkpoints_are_checked_by_the_loaders_own_validation(tmp_path):
-    from gradalign import window_carry
+    from gradalign.compute import window_carry
 
     assert window_carry.checkpoint_problem is checkpoint_module.checkpoint_problem
     path = checkpoint_module.save_checkpoint(tmp_path / "run.pt", "run-a", {"loop": {"step": 3}})

@@ -20,7 +20,7 @@ from gradalign.experiments.rules import (
     run_finished,
     summary,
 )
-from gradalign.verdict import derive_verdict, reason
+from gradalign.experiments.verdict import derive_verdict, reason
 
 
 def _arm(mean, std=1.0, n=3):
@@ -191,7 +191,7 @@ def _metagrad_record(err_meta, err_base):
 
 
 def test_assess_rederives_claims_and_measures_preconditions(tmp_path, monkeypatch):
-    from gradalign.assess import assess
+    from gradalign.records.assess import assess
 
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))  # no supervised reference measured there
     record = assess(_metagrad_record([10.0, 11.0, 12.0], [20.0, 21.0, 22.0]))
@@ -205,7 +205,7 @@ def test_assess_rederives_claims_and_measures_preconditions(tmp_path, monkeypatc
 
 
 def test_assess_marks_a_record_lacking_what_the_rules_need():
-    from gradalign.assess import assess
+    from gradalign.records.assess import assess
 
     record = _metagrad_record([10.0], [20.0])
     del record["metrics"]["table"]
@@ -222,15 +222,15 @@ def test_assess_marks_a_record_lacking_what_the_rules_need():
 
 
 def test_assess_refuses_a_record_with_no_checks():
-    from gradalign.assess import assess
+    from gradalign.records.assess import assess
 
     with pytest.raises(ValueError, match="no checks"):
         assess({"id": "lga.prop1", "scope": "exact", "checks": {}})
 
 
 def test_rederive_updates_a_schema_2_record_and_leaves_an_edited_one_alone(tmp_path):
-    from gradalign.rederive import rederive_file
-    from gradalign.results import SCHEMA, ResultStore, record_digest
+    from gradalign.records.rederive import rederive_file
+    from gradalign.records.results import SCHEMA, ResultStore, record_digest
 
     from gradalign.config import config_digest
 

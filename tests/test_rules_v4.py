@@ -12,7 +12,7 @@ from gradalign.experiments.base import check
 from gradalign.experiments.claim_budget import change, stabilise
 from gradalign.experiments.rules import all_of, compare, fits_labels, fits_labels_by_role, summary
 from gradalign.experiments.student_t import incomplete_beta, t_cdf, t_quantile, welch
-from gradalign.verdict import derive_verdict, reason
+from gradalign.experiments.verdict import derive_verdict, reason
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -158,7 +158,7 @@ def _stored(element_id: str) -> dict:
 
 
 def test_table3_is_decided_from_its_committed_runs_at_60_and_30_epochs():
-    from gradalign.assess import assess
+    from gradalign.records.assess import assess
 
     record = assess(_stored("sgr.tab3"))
     assert record["preconditions"]["finished_learning"]["passed"]  # replaced by the claim-level check
@@ -170,7 +170,7 @@ def test_table3_is_decided_from_its_committed_runs_at_60_and_30_epochs():
 
 
 def test_lga_benchmark_reads_every_seed_and_every_run_of_every_arm():
-    from gradalign.assess import assess
+    from gradalign.records.assess import assess
 
     record = assess(_stored("lga.fig6"))
     finished = record["preconditions"]["finished_learning"]
@@ -203,7 +203,7 @@ def test_lgas_alignment_check_fails_on_a_run_with_alpha_w_zero():
 
 
 def test_the_benchmarks_mechanism_is_not_recorded_until_its_control_is_trained():
-    from gradalign.assess import assess
+    from gradalign.records.assess import assess
 
     record = assess(_stored("lga.fig5"))
     active = record["preconditions"]["mechanism_active"]
@@ -218,9 +218,9 @@ def test_the_control_setting_is_accepted():
 
 
 def test_a_gpu_window_trains_the_control_runs_and_assembles_no_record_from_them():
-    from gradalign import pilots
+    from gradalign.compute import pilots
     from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
-    from gradalign.gpu_window import BACKLOG
+    from gradalign.compute.gpu_window import BACKLOG
 
     for element_id in CONTROLLED:
         assert (element_id, "cpu", CONTROL) in BACKLOG
@@ -254,7 +254,7 @@ def test_elements_that_share_runs_are_one_independent_run_set():
 
 
 def test_an_and_verdict_shows_how_many_of_its_claims_passed():
-    from gradalign.report import verdict_text
+    from gradalign.book.report import verdict_text
 
     text = verdict_text(_stored("sgr.fig3"))
     assert "not reproduced" in text and "3 of 4 claims passed" in text
@@ -278,13 +278,13 @@ TINY_META = {  # metagrad.tab4 at the cpu preset (whose runs are committed), shr
 def test_any_unit_based_element_is_decided_at_both_budgets_once_its_half_budget_runs_are_committed(
     tmp_path, monkeypatch
 ):
-    from gradalign import runner
-    from gradalign.assess import assess
+    from gradalign.records import runner
+    from gradalign.records.assess import assess
     from gradalign.experiments import get
     from gradalign.experiments.claim_budget import at_half_budget, half_overrides
     from gradalign.experiments.units import units_of
-    from gradalign.results import ResultStore
-    from gradalign.run_unit import committed_runs
+    from gradalign.records.results import ResultStore
+    from gradalign.store.run_unit import committed_runs
 
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
@@ -314,9 +314,9 @@ def test_half_overrides_halve_steps_epochs_or_per_dataset_epochs():
 
 
 def test_a_gpu_window_trains_the_half_budget_runs_as_runs_only():
-    from gradalign import pilots
+    from gradalign.compute import pilots
     from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item, is_half_budget
-    from gradalign.gpu_window import BACKLOG
+    from gradalign.compute.gpu_window import BACKLOG
 
     assert half_budget_item("lga.fig7") == ("lga.fig7", "cpu", {"protocol.steps": 3000})
     assert half_budget_item("isoloss.tab1") == ("isoloss.tab1", "cpu", {"epochs": [8]})
@@ -327,8 +327,8 @@ def test_a_gpu_window_trains_the_half_budget_runs_as_runs_only():
 
 
 def test_the_checks_table_shows_welchs_t_its_interval_and_the_decision_at_both_budgets():
-    from gradalign.assess import assess
-    from gradalign.report import checks_markdown
+    from gradalign.records.assess import assess
+    from gradalign.book.report import checks_markdown
 
     table = checks_markdown(assess(_stored("sgr.tab3")))
     assert "95 % CI [" in table and "t = " in table and "ν = " in table

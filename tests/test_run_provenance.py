@@ -9,8 +9,8 @@ import functools
 import pytest
 import torch
 
-from gradalign import run_unit
-from gradalign.run_unit import Unit, committed_runs, note_device, read_entry, run_provenance
+from gradalign.store import run_unit
+from gradalign.store.run_unit import Unit, committed_runs, note_device, read_entry, run_provenance
 from gradalign.training import loop
 
 

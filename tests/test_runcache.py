@@ -7,9 +7,9 @@ import warnings
 
 import pytest
 
-from gradalign.atomic import content_digest
+from gradalign.store.atomic import content_digest
 from gradalign.errors import ConfigError
-from gradalign.runcache import RunCacheWarning, cache_root, cached_run, force_recompute, run_key
+from gradalign.store.runcache import RunCacheWarning, cache_root, cached_run, force_recompute, run_key
 
 KIND, SPEC, VERSION = "trial", {"lr": 0.1, "sizes": (3, 4), "method": "lga"}, 2
 
@@ -115,7 +115,7 @@ def test_another_spec_with_the_same_key_is_not_returned(tmp_path, monkeypatch):
     """A key collision (or an entry copied over another) is caught by comparing the spec itself."""
     compute = Counter()
     _run(tmp_path, compute)
-    monkeypatch.setattr("gradalign.runcache.run_key", lambda kind, spec, version: "collision")
+    monkeypatch.setattr("gradalign.store.runcache.run_key", lambda kind, spec, version: "collision")
     _run(tmp_path, compute)
     with pytest.warns(RunCacheWarning, match="has a spec other than the one asked for"):
         assert _run(tmp_path, compute, {**SPEC, "lr": 0.2})["run"] == 3

@@ -156,7 +156,7 @@ def test_a_local_tables_run_trains_through_chance_and_a_pilots_run_is_stopped_th
 
 
 def test_tables_3_and_6_share_the_resnet_sgr_runs():
-    from gradalign.runcache import run_key
+    from gradalign.store.runcache import run_key
 
     for preset in ("cpu", "gpu"):  # Table 6's cpu preset (its rerun) is at Table 3's cpu scale
         t3 = resolve(exp.Table3Config, exp.TABLE3_PRESETS, preset)

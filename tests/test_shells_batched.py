@@ -69,7 +69,7 @@ def test_the_study_reads_the_batched_arms(monkeypatch, tmp_path):
     curves_again, _ = study.shells_study(cfg)  # every trial stored: nothing trains
     assert calls == [cfg.trials] and curves_again == curves
     # one arm, one key: the one-at-a-time arms are not the batched ones stored above (issue 26)
-    from gradalign.sweep import missing_units
+    from gradalign.compute.sweep import missing_units
 
     singles = [study.trial_unit(one_at_a_time, k) for k in range(cfg.trials)]
     assert missing_units(singles) == singles and {u.key for u in singles}.isdisjoint(

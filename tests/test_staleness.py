@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gradalign.fingerprint import PACKAGE, behaviour_fingerprint, changed_files, module_behaviour
+from gradalign.store.fingerprint import PACKAGE, behaviour_fingerprint, changed_files, module_behaviour
 
 BEFORE = '''
 """A module."""
@@ -74,7 +74,7 @@ def test_moving_a_module_to_a_new_file_name_keeps_every_experiments_fingerprint(
 
 
 def _closure(module: str, package: Path) -> list[Path]:
-    from gradalign.fingerprint import library_closure
+    from gradalign.store.fingerprint import library_closure
 
     return library_closure(f"import {module}", parents=False, package=package)
 
@@ -104,9 +104,9 @@ def test_one_constant_in_one_loss_makes_exactly_its_users_stale_and_names_it(tmp
 @pytest.fixture
 def smoke_record(tmp_path, monkeypatch):
     """lga.prop1 computed at smoke in a scratch store, stamped with its canary as `canary.stamp` does."""
-    from gradalign.canary import FORMAT, _torch_version, run_canary
-    from gradalign.results import ResultStore
-    from gradalign.runner import run
+    from gradalign.records.canary import FORMAT, _torch_version, run_canary
+    from gradalign.records.results import ResultStore
+    from gradalign.records.runner import run
 
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))  # where today's canaries are kept
@@ -125,7 +125,7 @@ def _as_if_code_changed(record: dict, name: str = "shells_prop1") -> dict:
 
 
 def test_a_fresh_record_is_current_and_an_edited_file_with_the_same_definitions_stays_current(smoke_record):
-    from gradalign.canary import code_status
+    from gradalign.records.canary import code_status
 
     assert code_status(smoke_record)["state"] == "current"
     bytes_only = {**smoke_record, "provenance": {**smoke_record["provenance"]}}
@@ -135,7 +135,7 @@ def test_a_fresh_record_is_current_and_an_edited_file_with_the_same_definitions_
 
 
 def test_a_change_the_canary_does_not_see_is_current_by_canary_and_names_what_changed(smoke_record):
-    from gradalign.canary import code_status, stale_files
+    from gradalign.records.canary import code_status, stale_files
 
     name = next(iter(smoke_record["provenance"]["behaviour"]))
     status = code_status(_as_if_code_changed(smoke_record, name))
@@ -154,7 +154,7 @@ def test_a_change_the_canary_does_not_see_is_current_by_canary_and_names_what_ch
     ],
 )
 def test_a_record_whose_canary_differs_or_is_missing_is_stale(smoke_record, canary, why):
-    from gradalign.canary import code_status, stale_files
+    from gradalign.records.canary import code_status, stale_files
 
     record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
     if canary is None:
@@ -167,7 +167,7 @@ def test_a_record_whose_canary_differs_or_is_missing_is_stale(smoke_record, cana
 
 
 def test_the_canary_leaves_timing_out_of_its_digest_and_nothing_else():
-    from gradalign.canary import outcome_digest
+    from gradalign.records.canary import outcome_digest
 
     record = {"metrics": {"error": 0.25, "train_seconds": 3.0, "benchmark": {"jvp_over_fd": 1.2}}, "curves": {}}
     timed = {**record, "metrics": {**record["metrics"], "train_seconds": 9.0, "benchmark": {"jvp_over_fd": 2.0}}}
@@ -176,7 +176,7 @@ def test_the_canary_leaves_timing_out_of_its_digest_and_nothing_else():
 
 
 def test_format_2_ignores_what_lies_below_1e_12_and_a_format_1_canary_is_read_in_format_1(smoke_record):
-    from gradalign.canary import code_status, outcome_digest, run_canary
+    from gradalign.records.canary import code_status, outcome_digest, run_canary
 
     tiny = {"metrics": {"bound": 1.40435238e-12, "error": 0.25}, "curves": {}}
     noisy = {"metrics": {"bound": 1.40432582e-12, "error": 0.25}, "curves": {}}
@@ -194,8 +194,8 @@ def test_format_2_ignores_what_lies_below_1e_12_and_a_format_1_canary_is_read_in
 def test_todays_canary_is_kept_beside_the_records_and_read_only_for_its_own_id_and_torch(smoke_record, tmp_path):
     import json
 
-    from gradalign.canary import FORMAT, _cache_path, todays_canary
-    from gradalign.fingerprint import behaviour_fingerprint
+    from gradalign.records.canary import FORMAT, _cache_path, todays_canary
+    from gradalign.store.fingerprint import behaviour_fingerprint
 
     behaviour = behaviour_fingerprint("gradalign.experiments.lga.linear")
     digest = todays_canary("lga.prop1", behaviour)
@@ -209,11 +209,11 @@ def test_todays_canary_is_kept_beside_the_records_and_read_only_for_its_own_id_a
 
 def test_a_moved_module_re_executes_no_notebook(tmp_path, monkeypatch):
     """The book's notebook cache keys the library by behaviour: the same code in a renamed file, the same key."""
-    from gradalign import book
-    from gradalign.fingerprint import library_closure
-    from gradalign.results import ResultStore
+    from gradalign.book import build as book
+    from gradalign.store.fingerprint import library_closure
+    from gradalign.records.results import ResultStore
 
-    notebook = Path(book.__file__).parents[2] / "notebooks" / "sgr" / "01_theory.ipynb"
+    notebook = Path(book.__file__).parents[3] / "notebooks" / "sgr" / "01_theory.ipynb"
     store = ResultStore(tmp_path / "results")
     before = book.input_key(notebook, "smoke", store)
     copy = _copy_package(tmp_path)

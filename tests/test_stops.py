@@ -17,9 +17,10 @@ import math
 import pytest
 import torch
 
-from gradalign import runner, timebox
+from gradalign.records import runner
+from gradalign.training import timebox
 from gradalign.cli import main
-from gradalign.divergence import (
+from gradalign.methods.divergence import (
     ChanceLevel,
     accuracy_chance,
     error_chance,
@@ -29,7 +30,7 @@ from gradalign.divergence import (
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.base import check, outcome
-from gradalign.results import ResultStore
+from gradalign.records.results import ResultStore
 from gradalign.training import ssl as ssl_training
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*torch.jit.script.*:DeprecationWarning")

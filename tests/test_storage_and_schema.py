@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gradalign import runner
-from gradalign.atomic import (
+from gradalign.records import runner
+from gradalign.store.atomic import (
     StorageError,
     StoredJSONError,
     content_digest,
@@ -34,9 +34,9 @@ from gradalign.atomic import (
 )
 from gradalign.cli import main
 from gradalign.experiments import EXPERIMENTS, check, outcome
-from gradalign.results import RecordWarning, record_digest
-from gradalign.runcache import RunCacheWarning, cached_run, run_key
-from gradalign.schema import record_problem
+from gradalign.records.results import RecordWarning, record_digest
+from gradalign.store.runcache import RunCacheWarning, cached_run, run_key
+from gradalign.store.schema import record_problem
 from gradalign.training.checkpoint import CheckpointWarning, load_checkpoint, save_checkpoint
 
 ELEMENT = "lga.alg1"
@@ -65,7 +65,7 @@ def quick(store, tmp_path, monkeypatch):
 
 
 def test_full_disk_after_compute_keeps_the_record_in_a_fallback_file(quick, store, capsys, monkeypatch):
-    import gradalign.atomic as atomic
+    import gradalign.store.atomic as atomic
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -84,7 +84,7 @@ def test_full_disk_after_compute_keeps_the_record_in_a_fallback_file(quick, stor
 
 
 def test_write_failure_without_any_fallback_says_so(tmp_path, monkeypatch):
-    import gradalign.atomic as atomic
+    import gradalign.store.atomic as atomic
 
     monkeypatch.setattr(atomic, "keep_in_fallback", lambda path, text: None)
     (tmp_path / "file").write_text("")
@@ -124,7 +124,7 @@ _KILLED_WRITE = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from gradalign.atomic import write_atomically
+    from gradalign.store.atomic import write_atomically
 
     def write(handle):
         handle.write("{half")
@@ -172,7 +172,7 @@ _CACHED_RUN_SCRIPT = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from gradalign.runcache import cached_run
+    from gradalign.store.runcache import cached_run
 
     root, marks = Path(sys.argv[1]), Path(sys.argv[2])
 
@@ -443,7 +443,7 @@ def test_ranks_of_one_torchrun_job_do_not_wait_for_each_other(tmp_path, monkeypa
     """Under torchrun every rank computes the run together with the others: a lock would deadlock them."""
     from filelock import FileLock
 
-    from gradalign.runcache import key_lock
+    from gradalign.store.runcache import key_lock
 
     path = tmp_path / "locks" / "k.lock"
     held = FileLock(str(path))

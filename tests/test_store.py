@@ -3,10 +3,10 @@ import os
 
 import pytest
 
-from gradalign import runner
+from gradalign.records import runner
 from gradalign.experiments import EXPERIMENTS, check, outcome
-from gradalign.results import SCHEMA, RecordWarning, ResultStore, record_digest
-from gradalign.verdict import derive_verdict
+from gradalign.records.results import SCHEMA, RecordWarning, ResultStore, record_digest
+from gradalign.experiments.verdict import derive_verdict
 
 
 def count_runs(monkeypatch, element_id="lga.alg1"):

@@ -15,13 +15,14 @@ from dataclasses import replace
 import cloudpickle
 import pytest
 
-from gradalign import cli, runner
+from gradalign import cli
+from gradalign.records import runner
 from gradalign.errors import ConfigError
 from gradalign.experiments import get
 from gradalign.experiments.lga.shells import trial_unit
 from gradalign.experiments.units import UNITS, units_of
-from gradalign.results import ResultStore
-from gradalign.sweep import add_sweep_parser, make_executor, missing_units, sweep
+from gradalign.records.results import ResultStore
+from gradalign.compute.sweep import add_sweep_parser, make_executor, missing_units, sweep
 
 TINY = {  # lga.fig3 smoke, smaller: ~1 s per trial on two cores
     "d": 5,
@@ -74,9 +75,9 @@ def test_units_keep_the_keys_of_the_stored_runs():
 def test_every_part_stores_exactly_its_units(element_id, tmp_path, monkeypatch, one_thread):
     """Run at smoke in a fresh cache, an experiment of each part with training runs stores exactly the entries its
     units name (issue 26, item 3): `sweep` covers metagrad's and SGR's runs as it covers LGA's."""
-    from gradalign.results import ResultStore
-    from gradalign.runner import run
-    from gradalign.sweep import missing_units
+    from gradalign.records.results import ResultStore
+    from gradalign.records.runner import run
+    from gradalign.compute.sweep import missing_units
 
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
     units = units_of(element_id, get(element_id).resolve("smoke"))
@@ -172,7 +173,7 @@ def test_every_batch_submits_the_same_function():
     import contextlib
     from types import SimpleNamespace
 
-    from gradalign.sweep import _submit_and_wait
+    from gradalign.compute.sweep import _submit_and_wait
 
     submitted = []
 
@@ -238,7 +239,7 @@ def _main(argv, monkeypatch) -> int:
 
 
 def test_a_failed_unit_is_reported_and_the_rerun_submits_only_it(cache, tmp_path, monkeypatch, capsys):
-    import gradalign.sweep as sweep_module
+    import gradalign.compute.sweep as sweep_module
 
     units = units_of("lga.fig3", _cfg(overrides=TINY))
     flaky = replace(units[1], compute=functools.partial(_fail_once, tmp_path / "failed-once", units[1].compute))
@@ -272,7 +273,7 @@ BAD_INPUT = {  # argv after `sweep`: the start of the one-line error
 
 @pytest.mark.parametrize("name", BAD_INPUT)
 def test_bad_input_is_one_line_before_any_submission(name, cache, tmp_path, monkeypatch, capsys):
-    import gradalign.sweep as sweep_module
+    import gradalign.compute.sweep as sweep_module
 
     monkeypatch.setattr(sweep_module, "_submit_and_wait", lambda *args: pytest.fail("submitted"))
     args, error = BAD_INPUT[name]
@@ -295,7 +296,7 @@ def test_local_jobs_run_this_python(tmp_path):
 
 def test_slurm_jobs_get_the_options_as_sbatch_parameters(cache, tmp_path, monkeypatch, one_thread):
     """With an `srun` on the PATH (a stub), the Slurm executor is built; the jobs are captured, not submitted."""
-    import gradalign.sweep as sweep_module
+    import gradalign.compute.sweep as sweep_module
 
     monkeypatch.setenv("GRADALIGN_THREADS", "3")  # a job's cores: the threads it pins
 

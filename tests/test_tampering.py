@@ -13,10 +13,10 @@ import warnings
 import pytest
 from test_store import count_runs
 
-from gradalign import runner
-from gradalign.atomic import NonFiniteValueError, dumps_strict, loads_strict, write_atomically
-from gradalign.results import RecordWarning, record_digest
-from gradalign.verdict import derive_verdict
+from gradalign.records import runner
+from gradalign.store.atomic import NonFiniteValueError, dumps_strict, loads_strict, write_atomically
+from gradalign.records.results import RecordWarning, record_digest
+from gradalign.experiments.verdict import derive_verdict
 
 ELEMENT = "lga.fig2"  # cheap at smoke, three checks, metrics and curves
 

@@ -15,7 +15,7 @@ import pytest
 from gradalign.config import _settings_class, _type_hints
 from gradalign.errors import ConfigError
 from gradalign.experiments import EXPERIMENTS
-from gradalign.overrides import parse_overrides
+from gradalign.compute.overrides import parse_overrides
 
 
 def _bare_tuple(hint) -> bool:

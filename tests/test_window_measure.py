@@ -11,12 +11,12 @@ import time
 
 import pytest
 
-from gradalign import gpu_window as window_module
-from gradalign.atomic import content_digest
-from gradalign.gpu_import import import_window
-from gradalign.gpu_sampler import MAX_SAMPLES, Sampler, parse_smi_line
-from gradalign.import_checks import window_problem
-from gradalign.window_measure import device_slug, gpu_bench_file, throughput_by_kind, unit_throughput
+from gradalign.compute import gpu_window as window_module
+from gradalign.store.atomic import content_digest
+from gradalign.compute.gpu_import import import_window
+from gradalign.compute.gpu_sampler import MAX_SAMPLES, Sampler, parse_smi_line
+from gradalign.compute.import_checks import window_problem
+from gradalign.compute.window_measure import device_slug, gpu_bench_file, throughput_by_kind, unit_throughput
 
 BACKLOG = (("sgr.fig2", "cpu", {"width": 0.0625, "n_train": 256, "n_test": 256, "seeds": 1, "lrs": []}),)
 
@@ -157,7 +157,7 @@ def test_import_refuses_malformed_throughput(report, words):
 def test_the_benchmark_slot_ends_before_the_first_worker_begins(tmp_path, monkeypatch):
     """`--workers 2`: bench --quick runs first and alone; the pool (faked) starts only once it has returned, and the
     CUDA tests run in the pool's `meanwhile`, after the slot."""
-    from gradalign import window_pool
+    from gradalign.compute import window_pool
 
     events = []
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
@@ -225,7 +225,7 @@ def test_import_keeps_a_windows_cuda_benchmark_records_with_their_provenance(tmp
 def test_a_windows_finished_units_carry_their_throughput_and_the_report_sums_it_by_kind(tmp_path, monkeypatch):
     """A real (tiny) backlog on the CPU: each finished unit's row has its images per second, the window's report
     its median per unit kind, and the compute page's section shows both the rates and why nothing was sampled."""
-    from gradalign.window_report import windows_markdown
+    from gradalign.compute.window_report import windows_markdown
 
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "gpu" / "results"))
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "gpu" / "cache"))

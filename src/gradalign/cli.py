@@ -22,15 +22,15 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from gradalign import storage
+from gradalign.records import storage
 from gradalign.errors import ConfigError, GradalignError
-from gradalign.timebox import TimeBoxSpent
+from gradalign.training.timebox import TimeBoxSpent
 
 
 def cmd_list(args) -> int:
     from gradalign.experiments import EXPERIMENTS
     from gradalign.elements import ELEMENTS, PARTS
-    from gradalign.runner import element_status
+    from gradalign.records.runner import element_status
 
     for part, title in PARTS.items():
         print(f"\n{title}")
@@ -43,12 +43,12 @@ def cmd_list(args) -> int:
 
 def cmd_run(args) -> int:
     """Check every input, resolve (and so validate) the config, then load the stored record or compute it."""
-    from gradalign import runner
+    from gradalign.records import runner
     from gradalign.config import check_preset
-    from gradalign.overrides import parse_overrides
+    from gradalign.compute.overrides import parse_overrides
     from gradalign.experiments import get
     from gradalign.runtime import check_device, threads_from_env
-    from gradalign.timebox import check_minutes, time_box
+    from gradalign.training.timebox import check_minutes, time_box
 
     threads_from_env()
     storage.check_data_env()
@@ -89,7 +89,7 @@ def cmd_run(args) -> int:
 
 def _preset_to_run(exp, args, overrides: dict, store) -> str:
     """The preset `run` computes or loads, its config resolved first so that bad overrides fail here."""
-    from gradalign import runner
+    from gradalign.records import runner
 
     if args.preset != "auto":
         exp.resolve(args.preset, overrides)
@@ -102,15 +102,15 @@ def _preset_to_run(exp, args, overrides: dict, store) -> str:
 
 def _where(provenance: dict) -> str:
     """The machine a record ran on; for one assembled from stored runs, the hardware of those runs too."""
-    from gradalign.record_text import where_computed
+    from gradalign.book.record_text import where_computed
 
     return provenance["hardware"] + (f" ({where_computed(provenance)})" if provenance.get("runs") else "")
 
 
 def _print_record(record: dict, store, loaded: bool) -> None:
-    from gradalign.report import compute_time, format_value, scale_of
-    from gradalign.canary import stale_files
-    from gradalign.verdict import reason
+    from gradalign.book.report import compute_time, format_value, scale_of
+    from gradalign.records.canary import stale_files
+    from gradalign.experiments.verdict import reason
 
     prov = record["provenance"]
     scale = scale_of(record)
@@ -158,7 +158,7 @@ def _print_device_notes(exp, record: dict, device: str, loaded: bool) -> None:
 def _show_config(cfg, preset: str) -> int:
     """Every setting of the resolved config by its dotted name (what --set accepts)."""
     print(f"{type(cfg).__name__} [{preset}]")
-    from gradalign.dotted import dotted
+    from gradalign.config import dotted
 
     for name, value in dotted(cfg.to_dict()).items():
         print(f"  {name} = {json.dumps(value)}")
@@ -167,7 +167,7 @@ def _show_config(cfg, preset: str) -> int:
 
 def cmd_bench(args) -> int:
     """Without a name: every benchmark and what is stored. With one: measure it, store its record, print it."""
-    from gradalign.bench import BenchStore, run_benchmark
+    from gradalign.compute.bench import BenchStore, run_benchmark
     from gradalign.benchmarks.registry import BENCHMARKS, NOT_BUILT
     from gradalign.runtime import check_device, threads_from_env
 
@@ -209,7 +209,7 @@ def cmd_book(args) -> int:
     threads_from_env()
     storage.check_data_env()
     storage.result_store(None)
-    from gradalign.book import book_jobs, build_book
+    from gradalign.book.build import book_jobs, build_book
 
     book_jobs()
     storage.check_folder(args.out, "--out (the build folder)")
@@ -233,7 +233,7 @@ def cmd_report(args) -> int:
     storage.check_results_exist(store.root)
     if args.out is not None:
         storage.check_folder(Path(args.out).absolute().parent, "--out's folder", min_free=2**20)
-    from gradalign.report import report_markdown
+    from gradalign.book.report import report_markdown
 
     text = report_markdown(args.preset)
     if args.out:
@@ -258,7 +258,7 @@ def cmd_data(args) -> int:
     except OSError as err:
         if isinstance(err, GradalignError):
             raise
-        from gradalign.atomic import StorageError
+        from gradalign.store.atomic import StorageError
 
         for name in FILES:  # what an interrupted unpacking left
             with contextlib.suppress(OSError):
@@ -329,13 +329,13 @@ def parser() -> argparse.ArgumentParser:
     be.add_argument("--quick", action="store_true", help="tiny sizes, to test the code path; nothing is stored")
     be.add_argument("--results", help="results root (default: $GRADALIGN_RESULTS or ./results)")
     be.set_defaults(func=cmd_bench)
-    from gradalign.sweep import add_sweep_parser  # light: submitit is imported when a sweep runs
+    from gradalign.compute.sweep import add_sweep_parser  # light: submitit is imported when a sweep runs
 
     add_sweep_parser(sub)
-    from gradalign.window_cli import add_parsers as add_window_parsers  # light: torch is imported when it runs
+    from gradalign.compute.window_cli import add_parsers as add_window_parsers  # light: torch is imported when it runs
 
     add_window_parsers(sub)
-    from gradalign.canary import add_parser as add_stale_parser
+    from gradalign.records.canary import add_parser as add_stale_parser
 
     add_stale_parser(sub)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")

@@ -343,3 +343,14 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     return value
+
+
+def dotted(values: dict, prefix: str = "") -> dict:
+    """`values` flattened: each leaf under the dotted path of its keys."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -2,7 +2,7 @@
 
 Each benchmark measures its ratios in one run (the calls interleaved, so that machine load hits them alike).
 The goals are the project's (issue "speed and scale"), never claims of a paper: they are shown beside the
-measurement on the Performance page, and never enter a verdict. `gradalign.bench` measures and stores them.
+measurement on the Performance page, and never enter a verdict. `gradalign.compute.bench` measures and stores them.
 """
 
 from __future__ import annotations

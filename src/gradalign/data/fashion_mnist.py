@@ -24,7 +24,7 @@ import numpy as np
 
 from gradalign.environment import project_root
 from gradalign.errors import DataNotFoundError, GradalignError
-from gradalign.store_root import env_folder
+from gradalign.store.store_root import env_folder
 
 DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -136,7 +136,7 @@ def _remove(path: Path) -> None:
 
 def load_fashion_mnist(train: bool = True, root: str | Path | None = None, download: bool = False):
     """(images uint8 (N, 28, 28), labels int64 (N,)) as tensors; the whole split fits in memory."""
-    from gradalign.vision import import_torchvision
+    from gradalign.data.vision import import_torchvision
 
     datasets = import_torchvision().datasets
     root = data_root(root)

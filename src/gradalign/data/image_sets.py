@@ -31,7 +31,7 @@ import torch
 from gradalign.sizes import DATA_SPLITS
 from gradalign.data.fashion_mnist import MalformedDataError, data_root, load_fashion_mnist
 from gradalign.errors import ConfigError, DataNotFoundError, GradalignError
-from gradalign.vision import import_torchvision
+from gradalign.data.vision import import_torchvision
 
 __all__ = ["MalformedDataError", "load_image_set", "IMAGE_SETS", "TRAIN_SIZES"]
 

@@ -46,7 +46,7 @@ def imagenet_split(
 ):
     """torchvision ImageFolder of `<root>/<split>` with the split's transform (`crop_scale`, `crop_ratio`: the
     training crop's area fraction and aspect ratio); DataNotFoundError when the folder is absent."""
-    from gradalign.vision import import_torchvision
+    from gradalign.data.vision import import_torchvision
 
     if split not in ("train", "val"):
         raise ConfigError(f"split must be 'train' or 'val'; got {split!r}")

@@ -2,7 +2,10 @@
 
 An experiment is a function `run(config, device) -> outcome` plus its config class, its presets and a
 version number bumped by hand whenever the meaning of its output changes (old records then stop
-matching). The outcome is a dict with `metrics`, `curves`, `checks` and `verdict` (see `outcome`).
+matching). The outcome is a dict with `metrics`, `curves`, `checks` and `verdict` (see `outcome`). How a claim
+is decided lives here too: the verdict vocabulary (`verdict`), the rules (`rules`, `budget_rule`, `student_t`).
+
+May import `benchmarks/`, `training/` and everything below them; `records/` and above import it.
 """
 
 from __future__ import annotations

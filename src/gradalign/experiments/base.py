@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from gradalign.config import Config, resolve
 from gradalign.errors import ConfigError
-from gradalign.verdict import derive_verdict
+from gradalign.experiments.verdict import derive_verdict
 
 
 @dataclass(frozen=True)

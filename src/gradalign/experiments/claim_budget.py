@@ -132,8 +132,8 @@ def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
     read; None unless every run of it is committed (`committed.entries`)."""
     from gradalign.experiments import get
     from gradalign.experiments.committed import entries, resolved
-    from gradalign.run_unit import committed_runs
-    from gradalign.store_root import results_root
+    from gradalign.store.run_unit import committed_runs
+    from gradalign.store.store_root import results_root
 
     overrides = half_overrides(record.get("config", {}))
     if overrides is None:

@@ -14,7 +14,7 @@ def resolved(record: dict, overrides: dict | None = None):
     """The config of a stored record's experiment at its preset (the one whose digest is the record's), with
     `overrides` (dotted names, e.g. {"protocol.steps": 3000}) applied on top; None when no config resolves to the
     record's own, or the overrides are refused."""
-    from gradalign.dotted import dotted
+    from gradalign.config import dotted
     from gradalign.errors import ConfigError
     from gradalign.experiments import get
 
@@ -46,8 +46,8 @@ def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, d
     `overrides` applied on top (`resolved`): the same runs at another budget, say. [] for an element without units
     or a config that does not resolve."""
     from gradalign.experiments.units import UNITS, units_of
-    from gradalign.run_unit import read_entry
-    from gradalign.store_root import results_root
+    from gradalign.store.run_unit import read_entry
+    from gradalign.store.store_root import results_root
 
     if record.get("id") not in UNITS:
         return []

@@ -84,7 +84,7 @@ def config(preset: str = "cpu", dataset: str = "fashion_mnist") -> SSLBenchConfi
 
 
 def _runs_folder(results: str | Path | None) -> Path:
-    from gradalign.store_root import results_root
+    from gradalign.store.store_root import results_root
 
     return results_root(results) / "runs"
 
@@ -100,7 +100,7 @@ def _units(cfg: SSLBenchConfig, labels: int, device=None) -> list:
 def stored_runs(cfg: SSLBenchConfig, labels: int, results: str | Path | None = None) -> list[dict]:
     """The committed entries of the reference at `labels` (each seed's), without training; missing seeds are left
     out, an edited entry is reported (`run_unit.read_entry`) and left out."""
-    from gradalign.run_unit import read_entry
+    from gradalign.store.run_unit import read_entry
 
     folder = _runs_folder(results)
     return [e for e in (read_entry(folder, u) for u in _units(cfg, labels)) if e is not None]
@@ -187,7 +187,7 @@ def measure(preset: str = "cpu", dataset: str = "fashion_mnist", device: str = "
     """The reference at every label count of `preset` (`summarise`): its runs read from `<results>/runs`, or
     trained and committed there (cpu and larger presets; smoke commits nothing)."""
     from gradalign.progress import progress
-    from gradalign.run_unit import committed_runs, runs_read
+    from gradalign.store.run_unit import committed_runs, runs_read
     from gradalign.runtime import check_device, pin_threads, select_device
 
     check_device(device)

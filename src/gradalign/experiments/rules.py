@@ -14,7 +14,7 @@ Comparisons between methods (`compare`), over seeds, by Welch's t (`student_t.we
 Every comparison's value carries both means, d with its 95 % interval d ± t₀.₉₇₅(ν)·SE, t, ν, the decision and the
 per-seed values where the summaries carry them (`summary` keeps them), in four significant digits.
 
-Preconditions, computed from the runs and shown before the verdict (`gradalign.verdict`):
+Preconditions, computed from the runs and shown before the verdict (`gradalign.experiments.verdict`):
 
 - `finished_learning`: the selection metric improved by less than a tolerance over the last 20 % of
   evaluations, in at least 80 % of the runs (every seed); where every arm has its runs at half the budget, the

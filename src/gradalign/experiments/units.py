@@ -7,7 +7,7 @@ assembles the record from the cache without training. The experiment modules bui
 (`shells.trial_unit`, `ssl_runs.run_unit`) and read them through `Unit.run`, so each spec is written once:
 a sweep stores exactly what the experiment reads.
 
-`Unit` (whose `compute` must pickle: see there) lives in `gradalign.run_unit`, beside the run cache, so that
+`Unit` (whose `compute` must pickle: see there) lives in `gradalign.store.run_unit`, beside the run cache, so that
 the experiment modules that build units and this registry, which reaches them only when it is called, import
 in one direction.
 """
@@ -20,7 +20,7 @@ from typing import Callable
 
 from gradalign.config import Config
 from gradalign.errors import ConfigError
-from gradalign.run_unit import Unit
+from gradalign.store.run_unit import Unit
 
 
 def _shells_trials(cfg: Config) -> list[Unit]:

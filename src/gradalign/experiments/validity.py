@@ -1,6 +1,6 @@
 """Which elements are empirical, and how each one's preconditions and claims are derived from its record.
 
-An element listed here is *empirical* (`gradalign.verdict`): its verdict needs a valid test. Each entry is
+An element listed here is *empirical* (`gradalign.experiments.verdict`): its verdict needs a valid test. Each entry is
 (preconditions, claims): `preconditions(record)` measures the test's validity from the record's metrics and
 curves; `claims(record)` re-derives the claim checks from the stored per-seed metrics under the current rules
 (None: the experiment's own checks stand). Every other element is analytic.

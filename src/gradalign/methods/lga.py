@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, jvp
 
-from gradalign.divergence import raise_if_not_finite
+from gradalign.methods.divergence import raise_if_not_finite
 from gradalign.config import Settings, require
 from gradalign.errors import ConfigError
 from gradalign.params import adam, buffer_copies, flat, replayed_rng, rng_snapshot, trainable, unflatten

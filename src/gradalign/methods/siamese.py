@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gradalign.divergence import raise_if_not_finite
+from gradalign.methods.divergence import raise_if_not_finite
 
 
 def siamese_step(

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from gradalign.errors import ConfigError
-from gradalign.vision import import_torchvision
+from gradalign.data.vision import import_torchvision
 
 IMAGENET_NETWORKS = ("resnet18", "resnet50", "resnet101", "vit_small", "swin_t", "swin_s")
 VIT_SMALL = {"patch_size": 16, "num_layers": 12, "num_heads": 6, "hidden_dim": 384, "mlp_dim": 1536}

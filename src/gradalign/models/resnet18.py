@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from gradalign.vision import import_torchvision
+from gradalign.data.vision import import_torchvision
 
 
 class ResNet18(nn.Module):

@@ -1,1 +1,4 @@
-"""Training loops shared by several methods."""
+"""Training loops shared by several methods: the loop, its time box, checkpoints, evaluation, protocols.
+
+May import `methods/`, `analysis/`, `models/`, `data/`, `store/` and the root; never `experiments/`.
+"""

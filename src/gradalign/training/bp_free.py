@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from gradalign.config import Settings, require
-from gradalign.run_unit import Unit, without_defaults
+from gradalign.store.run_unit import Unit, without_defaults
 from gradalign.training.local import LocalRun, SGRProtocol, local_data, train_local
 
 RUN_KIND = "sgr.bpfree"

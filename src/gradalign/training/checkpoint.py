@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from gradalign.atomic import write_atomically
+from gradalign.store.atomic import write_atomically
 from gradalign.errors import ConfigError
 
 FORMAT = 2

@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 
 from gradalign.errors import ConfigError
-from gradalign.timebox import seconds_left
+from gradalign.training.timebox import seconds_left
 from gradalign.training import loop
 
 BACKENDS = ("gloo", "nccl")

@@ -45,13 +45,13 @@ from torch import nn
 from gradalign.config import Settings, require
 from gradalign.data.augment import normalise
 from gradalign.data.crop_flip import crop_flip
-from gradalign.divergence import accuracy_chance
+from gradalign.methods.divergence import accuracy_chance
 from gradalign.errors import DivergenceError
 from gradalign.training.local_divergence import divergence_is_a_result
 from gradalign.runtime import flushed_denormals
 from gradalign.analysis.input_effect import input_effect, module_inputs
 from gradalign.methods.local import LOCAL_METHODS, TITLES, LocalSettings
-from gradalign.run_unit import Unit, without_defaults
+from gradalign.store.run_unit import Unit, without_defaults
 from gradalign.training import loop
 from gradalign.training.checkpoint import fingerprint
 from gradalign.training.fast import FastPath, autocast, prepare_model

@@ -34,9 +34,9 @@ from typing import Callable, Protocol
 
 import torch
 
-from gradalign import timebox
-from gradalign.run_unit import note_device, note_resumed
-from gradalign.divergence import ChanceLevel, raise_if_at_chance, raise_if_exploded, raise_if_not_finite
+from gradalign.training import timebox
+from gradalign.store.run_unit import note_device, note_resumed
+from gradalign.methods.divergence import ChanceLevel, raise_if_at_chance, raise_if_exploded, raise_if_not_finite
 from gradalign.progress import progress
 from gradalign.training.checkpoint import load_checkpoint, save_checkpoint, set_aside
 

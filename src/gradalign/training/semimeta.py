@@ -29,9 +29,9 @@ from gradalign.models.conv_large import DROPOUT as CONV_LARGE_DROPOUT  # Table 6
 from gradalign.config import Settings, require
 from gradalign.data.augment import normalise
 from gradalign.data.crop_flip import crop_flip
-from gradalign.divergence import error_chance
+from gradalign.methods.divergence import error_chance
 from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings, semimeta_step
-from gradalign.run_unit import Unit
+from gradalign.store.run_unit import Unit
 from gradalign.training import loop
 from gradalign.training.checkpoint import data_digest, fingerprint
 from gradalign.training.evaluate import classification_metrics

@@ -23,12 +23,12 @@ import torch.nn.functional as F
 from gradalign.analysis.hessian import alignment, model_hessian_top_eigenvector
 from gradalign.config import Settings, require
 from gradalign.data.shells import N_CLASSES, ShellsData
-from gradalign.divergence import raise_if_not_finite
+from gradalign.methods.divergence import raise_if_not_finite
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.methods.lga import ConstantWeight, LGASettings, imputed_diagnostics, init_lga, lga_step
 from gradalign.models.mlp import relu_mlp
 from gradalign.params import adam, flat
-from gradalign.run_unit import without_defaults
+from gradalign.store.run_unit import without_defaults
 from gradalign.training import loop
 from gradalign.training.evaluate import classification_metrics
 from gradalign.training.streams import IndexStream

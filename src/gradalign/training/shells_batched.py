@@ -23,7 +23,7 @@ from torch.func import grad_and_value, vmap
 
 from gradalign.analysis.hessian import alignment, model_hessian_top_eigenvector
 from gradalign.data.shells import N_CLASSES, ShellsData
-from gradalign.divergence import raise_if_not_finite
+from gradalign.methods.divergence import raise_if_not_finite
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.models.mlp import relu_mlp
 from gradalign.params import flat

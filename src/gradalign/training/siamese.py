@@ -20,7 +20,7 @@ from torch import nn
 from gradalign.config import Settings, require
 from gradalign.data.augment import SimCLRAugment, normalise
 from gradalign.data.image_tensors import as_uint8_nchw, channel_stats, check_image_sets
-from gradalign.divergence import accuracy_chance, raise_if_at_chance
+from gradalign.methods.divergence import accuracy_chance, raise_if_at_chance
 from gradalign.errors import ConfigError
 from gradalign.methods.directpred import DirectPredictor, spectrum_summary
 from gradalign.methods.isoloss import DEEP_LOSSES

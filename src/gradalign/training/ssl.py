@@ -19,9 +19,9 @@ from typing import Callable
 import torch
 
 from gradalign.data.ssl_data import SSLData
-from gradalign.divergence import error_chance
+from gradalign.methods.divergence import error_chance
 from gradalign.errors import ConfigError
-from gradalign.timebox import TimeBoxSpent, raise_if_spent, seconds_left
+from gradalign.training.timebox import TimeBoxSpent, raise_if_spent, seconds_left
 from gradalign.methods.lga_ssl import LGABenchmarkSettings, lga_init, lga_ssl_step, lga_vat_step
 from gradalign.methods.mean_teacher import MeanTeacherSettings, mean_teacher_init, mean_teacher_step
 from gradalign.methods.pi_model import PiModelSettings, pi_model_step

@@ -129,7 +129,7 @@ def siamese_unit(cfg: DeepSiameseConfig, name: str, loss: str, ema: bool, epochs
     """One pre-training run and its readout as a run-cache unit (kind `isoloss.siamese`): what Table 1 reads
     back, and what `gradalign sweep` computes as a job of its own. `device`: where it trains (None: chosen where
     it runs); its kind is in the key."""
-    from gradalign.run_unit import Unit
+    from gradalign.store.run_unit import Unit
     from gradalign.runtime import select_device
 
     settings = cfg.settings(loss, ema, epochs, seed)
@@ -148,7 +148,7 @@ def siamese_unit(cfg: DeepSiameseConfig, name: str, loss: str, ema: bool, epochs
 
 def _train(cfg: DeepSiameseConfig, name: str, settings: SiameseSettings, device, checkpoint) -> dict:
     """The run itself, resuming from `checkpoint` (a module-level function: a sweep's job receives it pickled)."""
-    from gradalign.timebox import TimeBoxSpent, raise_if_spent, seconds_left
+    from gradalign.training.timebox import TimeBoxSpent, raise_if_spent, seconds_left
     from gradalign.training.siamese import train_siamese
 
     what = f"{name} {settings.loss} {'EMA' if settings.ema else 'no EMA'} (seed {settings.seed})"

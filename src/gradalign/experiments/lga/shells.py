@@ -24,7 +24,7 @@ import torch
 
 from gradalign.experiments.rules import compare, summary
 from gradalign.experiments.base import never_used, check, Experiment, outcome, plural, scale_text
-from gradalign.run_unit import Unit
+from gradalign.store.run_unit import Unit
 from gradalign.experiments.lga.shells_tuning import shells_tuning
 from gradalign.experiments.lga.shells_config import data_spec, STUDY_TRIAL, ShellsStudyConfig, _data  # noqa: F401 (re-exported)
 

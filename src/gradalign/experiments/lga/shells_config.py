@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gradalign.config import Config, require
-from gradalign.run_unit import without_defaults
+from gradalign.store.run_unit import without_defaults
 from gradalign.training.shells import ShellsTrialSettings
 
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from gradalign.experiments.lga.shells_config import data_spec, ShellsStudyConfig, _data
 from gradalign.experiments.rules import summary
-from gradalign.run_unit import Unit
+from gradalign.store.run_unit import Unit
 from gradalign.training.shells import ShellsTrialSettings
 
 TUNING_VERSION = 1

@@ -15,7 +15,7 @@ import torch
 
 from gradalign.config import Config, require
 from gradalign.experiments.seed_stats import stats
-from gradalign.run_unit import Unit, without_defaults
+from gradalign.store.run_unit import Unit, without_defaults
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
 from gradalign.runtime import select_device
 from gradalign.training.fast import FastPath

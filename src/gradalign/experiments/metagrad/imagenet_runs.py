@@ -44,7 +44,7 @@ def train_table3(cfg) -> dict:
 
 
 def column_unit(cfg, variant: str, root: Path, context):
-    from gradalign.run_unit import Unit
+    from gradalign.store.run_unit import Unit
 
     spec = {**cfg.to_dict(), "variant": variant, "root": str(root.resolve()), "world_size": context.world_size}
     spec.pop("variants")

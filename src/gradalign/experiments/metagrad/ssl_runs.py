@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from gradalign.config import Config, require
 from gradalign.experiments.base import plural, scale_text
 from gradalign.experiments.seed_stats import stats
-from gradalign.run_unit import without_defaults
+from gradalign.store.run_unit import without_defaults
 from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings
 from gradalign.training.semimeta import PSEUDO_DIAGNOSTICS, SemiMetaProtocol, SemiMetaRunSpec
 

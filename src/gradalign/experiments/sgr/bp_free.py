@@ -25,7 +25,7 @@ from gradalign.experiments.sgr.bp_free_presets import CHOICES, NOTE, PRESETS, SH
 from gradalign.experiments.sgr.local_runs import LocalBPConfig, curves_of, local_scale, run_group
 from gradalign.experiments.sgr.local_runs import scope, summary
 from gradalign.methods.local import TITLES
-from gradalign.run_unit import without_defaults
+from gradalign.store.run_unit import without_defaults
 from gradalign.training.local import RUN_VERSION
 
 NOTEBOOK = "notebooks/sgr/04_bp_free.ipynb"

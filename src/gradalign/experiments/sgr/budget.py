@@ -4,9 +4,9 @@ Every local-BP run decays its learning rate to zero on a cosine (App. E), so its
 whether it had finished learning. The budget check's runs are the table's runs with `protocol.epochs` halved and
 nothing else changed (same data, seeds and settings): ordinary `sgr.local` runs, committed under `results/runs/`
 like every run. `pairs` reads them and never trains: the precondition is measured from whichever half-budget runs
-are committed when a record is assessed (`gradalign.rederive` updates a stored record's verdict when more are).
+are committed when a record is assessed (`gradalign.records.rederive` updates a stored record's verdict when more are).
 
-Train them: `python -m gradalign.pilots --budget sgr.tab3` (two runs at a time, one thread each; a stopped run
+Train them: `python -m gradalign.compute.pilots --budget sgr.tab3` (two runs at a time, one thread each; a stopped run
 resumes from its checkpoint); a GPU window trains them after the reruns (`pilots.BUDGET_CHECKS`).
 """
 
@@ -25,8 +25,8 @@ def half_budget(cfg):
 def final(spec) -> float | None:
     """The committed run's final test accuracy, or None when it is not committed or it diverged (its stored result,
     at chance, says nothing of its budget)."""
-    from gradalign.run_unit import read_entry
-    from gradalign.store_root import results_root
+    from gradalign.store.run_unit import read_entry
+    from gradalign.store.store_root import results_root
     from gradalign.training.local import local_unit
 
     entry = read_entry(results_root() / "runs", local_unit(spec))

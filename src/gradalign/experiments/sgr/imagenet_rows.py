@@ -50,7 +50,7 @@ def row_unit(cfg: ImageNetLocalConfig, row, root: Path, context):
     """One row's training on ImageNet as a run-cache unit (kind `sgr.imagenet`); every rank computes it."""
     import functools
 
-    from gradalign.run_unit import Unit
+    from gradalign.store.run_unit import Unit
 
     network, method, modules, lam = row
     spec = {

@@ -17,7 +17,7 @@ from gradalign.experiments.seed_stats import stats
 from gradalign.experiments.base import plural, scale_text
 from gradalign.methods.local import LocalSettings
 from gradalign.methods.sgr import SGR_LAMBDA
-from gradalign.run_unit import without_defaults
+from gradalign.store.run_unit import without_defaults
 from gradalign.training.fast import FastPath
 from gradalign.training.local import SGRProtocol
 

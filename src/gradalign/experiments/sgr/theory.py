@@ -196,7 +196,7 @@ def eq5_6_checks(m: dict) -> dict[str, dict]:
 @one_thread
 def sgr_objective(cfg: ObjectiveConfig, device) -> dict:
     from gradalign.analysis.local_theory import algorithm1_pass, audit_first_pass, local_chain, sgr_terms
-    from gradalign.divergence import raise_if_exploded
+    from gradalign.methods.divergence import raise_if_exploded
 
     x0, y = teacher_data(torch.Generator().manual_seed(cfg.seed), cfg.batch, cfg.widths[0], cfg.classes)
     audit = audit_first_pass(*local_chain(cfg.widths, cfg.classes, cfg.seed), x0, y, cfg.lam)

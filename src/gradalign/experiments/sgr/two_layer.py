@@ -87,7 +87,7 @@ def prop35_checks(m: dict) -> dict[str, dict]:
 @one_thread
 def two_layer(cfg: TwoLayerConfig, device) -> dict:
     from gradalign.analysis.local_theory import PROP35_VARIANTS, prop35_step, two_layer_draw
-    from gradalign.divergence import raise_if_exploded
+    from gradalign.methods.divergence import raise_if_exploded
 
     gen = torch.Generator().manual_seed(cfg.seed)
     etas = (cfg.eta, *cfg.other_etas)

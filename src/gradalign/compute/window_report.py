@@ -1,0 +1,182 @@
+"""The GPU windows' reports (`results/windows/`, placed by `gradalign import`) as a section of the compute page.
+
+Each window says what ran on the GPU: the CUDA tests' outcome (with the failing tests' names), how many units each
+experiment finished and their wall time on the GPU, with how many units were training at once (`--workers`), and
+what was left. These are the only GPU timings the project has: the `gpu` presets are sized from them.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+from gradalign.compute.gpu_import import diverged_before, left_diverged, stored_windows
+
+
+def unit_times(report: dict) -> dict[tuple[str, str], list[float]]:
+    """(element, preset) -> wall seconds of each unit the window finished."""
+    times = defaultdict(list)
+    for unit in report.get("units", []):
+        if unit.get("status") == "finished":
+            times[(unit["element"], unit["preset"])].append(float(unit["seconds"]))
+    return dict(times)
+
+
+def projected_times(report: dict) -> dict[tuple[str, str], list[float]]:
+    """(element, preset) -> projected wall seconds of each unit the window's box stopped part-way
+    (seconds × total / done steps: `window_pool.stopped_at`)."""
+    times = defaultdict(list)
+    for unit in report.get("units", []):
+        if unit.get("progress") and unit.get("seconds"):
+            done, total = unit["progress"]
+            times[(unit["element"], unit["preset"])].append(float(unit["seconds"]) * total / done)
+    return dict(times)
+
+
+def windows_markdown(root: Path) -> str:
+    reports, bad = stored_windows(root)
+    lines = ["## GPU windows", ""]
+    if not reports:
+        return "\n".join(lines + ["No GPU window has been imported yet.", *bad]) + "\n"
+    lines += [
+        "What each short GPU window (`gradalign gpu-window`) did, from its report. A unit's wall time is measured "
+        "with the window's other workers training beside it on the same GPU, so it is an upper bound on the unit "
+        "alone. A unit the window's box stopped part-way projects its full time from the steps it reached (an upper "
+        "bound, since its seconds include the run's start); these projections size the `gpu` presets.",
+        "",
+        "| began (UTC) | device, workers | CUDA tests at `smoke` | units finished: median wall time (range) "
+        "| units stopped part-way: median projected time | experiments left |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for report in reports:
+        device = _hardware(report)
+        tests = report.get("tests", {}).get("outcome", "not run") or "not run"
+        failures = report.get("tests", {}).get("failures") or []
+        if failures:
+            tests += "; failed: " + ", ".join(f.split(" ")[1].split("::")[-1] for f in failures if " " in f)
+        elif "failed" in tests:
+            tests += " (this window did not keep the failing tests' names)"
+        finished = "; ".join(
+            f"`{element}` [{preset}] {len(ts)}: {statistics.median(ts):.0f} s ({min(ts):.0f}–{max(ts):.0f})"
+            for (element, preset), ts in unit_times(report).items()
+        )
+        projected = "; ".join(
+            f"`{element}` [{preset}] {len(ts)}: {statistics.median(ts) / 60:.1f} min"
+            for (element, preset), ts in projected_times(report).items()
+        )
+        began = str(report.get("began", "?"))[:16].replace("T", " ")
+        if report.get("began_from"):
+            began += f" ({report['began_from']})"
+        left = len(report.get("left", []))
+        lines.append(
+            f"| {began} | {device}, {report.get('workers', 1)} | {tests} | {finished or 'none'} | "
+            f"{projected or '—'} | {left} |"
+        )
+    return "\n".join(lines + ["", *_measured_lines(reports), *bad]) + "\n"
+
+
+def _measured_lines(reports: list[dict]) -> list[str]:
+    """What the windows measured since they sample (issue 45): GPU utilisation over each phase (`gpu_sampler`) and
+    each unit kind's throughput (`window_measure`); the windows before say nothing here."""
+    measured = [r for r in reports if r.get("utilisation") or r.get("throughput") or r.get("bench_slot")]
+    if not measured:
+        return ["No window has sampled GPU utilisation or unit throughput yet.", ""]
+    lines = [
+        "What the windows measured: GPU utilisation, sampled once a second (mean over each phase: the benchmark "
+        "slot, which runs alone first, and the training), the peak GPU memory, and each unit kind's throughput "
+        "(median over its finished units, with their range).",
+        "",
+        "| began (UTC) | sampled by | utilisation: bench slot | utilisation: training | peak memory "
+        "| throughput per unit kind |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for report in measured:
+        sampled = report.get("utilisation") or {}
+        summary, phases = sampled.get("summary") or {}, (sampled.get("summary") or {}).get("by_phase") or {}
+
+        def phase(name: str) -> str:
+            got = phases.get(name)
+            return f"{got['mean_utilisation']:.0f} % ({got['samples']} s)" if got else "—"
+
+        memory = f"{summary['max_memory_mib'] / 1024:.1f} GiB" if summary.get("max_memory_mib") else "—"
+        rates = "; ".join(
+            f"`{kind}` {r['units']}: {r['median_per_s']:,.0f}/s ({r['least_per_s']:,.0f}–{r['most_per_s']:,.0f})"
+            for kind, r in (report.get("throughput") or {}).items()
+        )
+        began = str(report.get("began", "?"))[:16].replace("T", " ")
+        lines.append(
+            f"| {began} | {sampled.get('source') or sampled.get('note') or 'not sampled'} | {phase('bench')} | "
+            f"{phase('training')} | {memory} | {rates or '—'} |"
+        )
+    return lines + [""]
+
+
+def backlog_markdown(root: Path) -> str:
+    """The GPU backlog (`gpu_window.BACKLOG`) in priority order, with how many of each item's units are committed
+    under `root/runs`: what the next window trains (a unit already committed is read, not trained)."""
+    from gradalign.experiments import get
+    from gradalign.experiments.units import UNITS, units_of
+    from gradalign.compute.gpu_sizing import TARGET_MINUTES, committed_times, speedups, unit_minutes
+    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.pilots import purpose
+    from gradalign.store.run_unit import read_entry
+
+    diverged = diverged_before(root)
+    lines = [
+        "## The GPU backlog",
+        "",
+        "What the next GPU window trains, most valuable first: the `cpu` runs lost with a machine's cache "
+        "(`pilots.RUNS_LOST`), the reruns the pilots chose (`pilots.RERUNS`), the budget checks "
+        "(`pilots.BUDGET_CHECKS`: runs at half the epochs that tell whether a table's runs finished learning), the "
+        "`cpu` designs over the two-core budget (`pilots.OVER_CPU_BUDGET`), the pilots over it (`pilots.ON_GPU`, "
+        "less those closed, `pilots.CLOSED`), "
+        "then the `gpu` presets. A `gpu` preset "
+        "that extends a `cpu` scale shares its runs, so only what it adds is left to train.",
+        "",
+        *_sizing_paragraph(speedups(times := committed_times(root / "runs")), TARGET_MINUTES),
+        "| # | element | preset | what | units committed | minutes per unit left in a window: median (range) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for n, (element_id, preset, overrides) in enumerate(BACKLOG, 1):
+        what = purpose(element_id, preset, overrides)
+        units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
+        missing = [unit for unit in units if read_entry(root / "runs", unit) is None]
+        left = [unit for unit in missing if not left_diverged(unit, diverged)]  # a window trains these
+        done, lost = len(units) - len(missing), len(missing) - len(left)
+        minutes = unit_minutes(left, times)
+        size = (
+            f"{minutes.median:.1f} ({minutes.least:.1f}–{minutes.most:.1f}; {minutes.how}; {minutes.timed} of "
+            f"{len(left)} timed)"
+            if minutes
+            else "not timed"
+        )
+        size = size if left else "none left"
+        committed = f"{done} of {len(units)}" + (f" ({lost} diverged in a window, not retried)" if lost else "")
+        lines.append(f"| {n} | `{element_id}` | `{preset}` | {what} | {committed} | {size} |")
+    return "\n".join(lines) + "\n"
+
+
+def _sizing_paragraph(rows: list[dict], target: float) -> list[str]:
+    """What sizes the backlog's units: the CPU / GPU ratios measured on runs trained in both places (`gpu_sizing`)."""
+    if not rows:
+        return ["No run has been trained both on this CPU and in a GPU window yet: units are not timed.", ""]
+    ratios = sorted(r["ratio"] for r in rows)
+    return [
+        f"A unit's minutes in a window are the median wall time of its settings' runs that a window trained "
+        f"(*measured*), or else of those trained on this CPU (one thread per run) divided by the median CPU / GPU "
+        f"ratio of the {len(rows)} settings trained in both places: **{statistics.median(ratios):.1f}×** (range "
+        f"{ratios[0]:.1f}–{ratios[-1]:.1f}×, {', '.join(sorted({r['kind'] for r in rows}))}; *projected*, an "
+        f"estimate, since those are other networks). GPU times are measured with the window's other workers "
+        f"sharing the GPU. A unit over {target:g} minutes is stopped by a window's box and resumed by the next "
+        f"from its carried checkpoint (`window_carry`).",
+        "",
+    ]
+
+
+def _hardware(report: dict) -> str:
+    """The window's device, with the accelerator its units name (the first window's LGA units named the machine's
+    CPU, a bug fixed since: their values did not carry their device)."""
+    names = {u.get("hardware") or "" for u in report.get("units", [])}
+    gpus = sorted(name for name in names if name and not name.startswith("CPU"))
+    return str(report.get("device", "?")) + (f" ({', '.join(gpus)})" if gpus else "")

@@ -1,0 +1,326 @@
+"""Is a stored record still current? Bytes, then behaviour, then the smoke canary.
+
+A record stores three things about the code that computed it (`provenance`):
+
+- `code`: the sha256 of the bytes of every library file its experiment runs (`fingerprint.code_fingerprint`);
+- `behaviour`: a digest of every top-level definition those files hold, by syntax tree, docstrings dropped,
+  keyed by name, not by file (`fingerprint.behaviour_fingerprint`);
+- `canary`: the digest of the experiment's outcome at the `smoke` preset, on this CPU at one thread, when
+  the record's code was today's (`stamp`).
+
+`code_status` reads them in that order. Equal bytes, or an equal behaviour fingerprint (a comment, a
+reformat, a moved function): *current*. Otherwise the changed definitions are named, and the smoke canary is
+run on today's code: the same outcome digest makes the record *current by canary*, never "untouched"; a
+different one, or no canary to compare, makes it *stale*.
+
+What a canary cannot see: a code path that only a larger preset takes (a branch on the number of epochs, the
+GPU path, a half-budget check that smoke does not assemble), and a change whose effect at smoke rounds away.
+A canary is compared only where it was computed under the same torch version (another torch can round
+differently, so the record is then stale, conservatively). Timing metrics (seconds, memory) are left out of
+the digest; a canary whose two runs disagree even so is not stored (`stamp`), and its record cannot be
+cleared by a canary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from gradalign.store.atomic import write_json_atomically
+from gradalign.elements import PARTS
+from gradalign.store.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint, where_defined
+
+TIMING = re.compile(
+    r"second|time|wall|_ms\b|_s\b|per_s|throughput|speed|peak|memory|bytes|mib\b|gib\b|benchmark|ratio_to_step", re.I
+)
+"""Flattened metric names left out of the canary's digest: measured time and memory (and ratios of them: the
+`benchmark` entries, `ratio_to_step`) differ between runs."""
+
+
+FORMATS = {1: lambda v: f"{v:.10g}", 2: lambda v: f"{round(v, 12):.10g}"}
+"""How a float enters the digest, by format (a stored canary names its format; 1 when it names none):
+10 significant digits (1), after rounding to 12 decimals (2). Summation order can move the last bits between
+two runs of the same code, and in a value that is itself a tiny difference (`sgr.thm33`'s bounds near 1e-12)
+those bits are the leading digits: format 2 ignores what lies below 1e-12. Records are stamped in `FORMAT`."""
+FORMAT = 2
+
+
+def _leaves(value: Any, prefix: str = ""):
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            yield from _leaves(value[key], f"{prefix}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _leaves(item, f"{prefix}[{i}]")
+    else:
+        yield prefix, value
+
+
+def outcome_digest(record: dict, fmt: int = FORMAT) -> str:
+    """sha256 prefix of a record's metrics and curves, timing and memory measurements left out."""
+    leaves = _leaves({"metrics": record["metrics"], "curves": record.get("curves", {})})
+    kept = [(k, FORMATS[fmt](v) if isinstance(v, float) else repr(v)) for k, v in leaves]
+    kept = [(k, v) for k, v in kept if not TIMING.search(k)]
+    return hashlib.sha256(json.dumps(kept).encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _scratch_environment(folder: Path):
+    """A results store and a run cache of their own, one thread, no progress bars: a canary reads nothing
+    that was stored and leaves nothing behind."""
+    names = ("GRADALIGN_RESULTS", "GRADALIGN_CACHE", "GRADALIGN_THREADS", "GRADALIGN_PROGRESS")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(
+        GRADALIGN_RESULTS=str(folder / "results"),
+        GRADALIGN_CACHE=str(folder / "cache"),
+        GRADALIGN_THREADS="1",
+        GRADALIGN_PROGRESS="0",
+    )
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_canary(element_id: str) -> dict[int, str]:
+    """Run `element_id` at `smoke` on today's code, on the CPU at one thread, from scratch: its outcome digest in
+    every format."""
+    from gradalign.records.results import ResultStore
+    from gradalign.records.runner import run
+
+    with tempfile.TemporaryDirectory(prefix="gradalign-canary-") as tmp, _scratch_environment(Path(tmp)):
+        record = run(element_id, "smoke", store=ResultStore(Path(tmp) / "results"), device="cpu", force=True)
+    return {fmt: outcome_digest(record, fmt) for fmt in FORMATS}
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def _module(element_id: str) -> str:
+    from gradalign.experiments import get
+
+    return get(element_id).run.__module__
+
+
+def _cache_path(element_id: str, behaviour: dict[str, str]) -> Path:
+    """Where today's canary of `element_id` is kept: `<results>/canaries/<id>/<key>.json`, keyed by the behaviour
+    fingerprint and the torch version. Committed with the records, so that a fresh clone does not run again the
+    canaries that cleared them (an entry is read only for its own id and torch version)."""
+    from gradalign.store.store_root import results_root
+
+    key = hashlib.sha256(json.dumps([behaviour, _torch_version()], sort_keys=True).encode()).hexdigest()[:16]
+    return results_root() / "canaries" / element_id / f"{key}.json"
+
+
+def todays_canary(element_id: str, behaviour: dict[str, str] | None = None, fmt: int = FORMAT) -> str:
+    """Today's canary digest for `element_id` in format `fmt`, from the cache when today's behaviour ran it."""
+    behaviour = behaviour if behaviour is not None else behaviour_fingerprint(_module(element_id))
+    path = _cache_path(element_id, behaviour)
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        entry = json.loads(path.read_text())
+        cached = entry["digests"][str(fmt)]
+        if entry["id"] == element_id and entry["torch"] == _torch_version() and isinstance(cached, str):
+            return cached
+    digests = run_canary(element_id)
+    with contextlib.suppress(OSError):
+        stored = {str(f): d for f, d in digests.items()}
+        write_json_atomically(path, {"id": element_id, "digests": stored, "torch": _torch_version()})
+    return digests[fmt]
+
+
+def _named(name: str, places: list[str]) -> str:
+    """A changed definition with the files that hold it today; an import by its name alone (the same import in
+    forty modules is one binding, not forty changes)."""
+    if name.startswith("import "):
+        return name
+    return f"{name} ({', '.join(places)})" if places else f"{name} (removed)"
+
+
+def code_status(record: dict, run: bool = True) -> dict | None:
+    """Whether the code that computed `record` could have changed its numbers, or None (no fingerprint).
+
+    {"state": "current" | "current by canary" | "stale", "changed": [...], "why": words}. `changed` names the
+    definitions whose behaviour moved (or the files, for a record without a behaviour fingerprint). `run`:
+    whether the canary may run here (else only a cached one is used, and a record it would decide is stale).
+    """
+    provenance = record.get("provenance", {})
+    stored = provenance.get("code")
+    if not isinstance(stored, dict):
+        return None
+    module = _module(record["id"])
+    files = changed_files(stored, code_fingerprint(module))
+    if not files:
+        return {"state": "current", "changed": [], "why": "the same library files"}
+    behaviour = behaviour_fingerprint(module)
+    kept = provenance.get("behaviour")
+    if isinstance(kept, dict):
+        names = changed_files(kept, behaviour)
+        if not names:
+            return {"state": "current", "changed": [], "why": f"{len(files)} file(s) edited, no definition changed"}
+        places = where_defined(names, module)
+        changed = [_named(n, places[n]) for n in names]
+    else:
+        changed = files
+    canary = provenance.get("canary")
+    if not (isinstance(canary, dict) and isinstance(canary.get("digest"), str)):
+        return {"state": "stale", "changed": changed, "why": "no smoke canary stored with the record"}
+    if canary.get("torch") != _torch_version():
+        return {"state": "stale", "changed": changed, "why": f"its canary ran under torch {canary.get('torch')}"}
+    if not run and not _cache_path(record["id"], behaviour).exists():
+        return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
+    fmt = canary.get("format", 1)
+    if fmt not in FORMATS:
+        return {"state": "stale", "changed": changed, "why": f"its canary has an unknown format {fmt!r}"}
+    if todays_canary(record["id"], behaviour, fmt) == canary["digest"]:
+        return {"state": "current by canary", "changed": changed, "why": "smoke canary identical"}
+    return {"state": "stale", "changed": changed, "why": "smoke canary differs"}
+
+
+def _twice(element_id: str) -> str | None:
+    """The canary digest (`FORMAT`) when two runs agree; None when they differ or the experiment has no smoke
+    preset."""
+    from gradalign.errors import ConfigError
+
+    try:
+        first, second = run_canary(element_id), run_canary(element_id)
+    except ConfigError:
+        return None
+    return first[FORMAT] if first[FORMAT] == second[FORMAT] else None
+
+
+def stale_files(record: dict) -> list[str] | None:
+    """What changed in the code of a stale record (definitions, or files for a record without a behaviour
+    fingerprint); [] when the record is current, by its code or by its smoke canary; None when the record
+    carries no code fingerprint."""
+    status = code_status(record)
+    if status is None:
+        return None
+    return status["changed"] if status["state"] == "stale" else []
+
+
+def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
+    """Add the behaviour fingerprint and the smoke canary to every stored record whose library files are
+    byte for byte today's (so today's code is the code that computed it) and that lacks them (`force`: also
+    those that have them). The canary runs twice; two different digests leave the record without one."""
+    import datetime as _dt
+
+    from gradalign.records.results import ResultStore
+
+    store = store or ResultStore()
+    counts = {"stamped": 0, "already": 0, "not current": 0, "no canary": 0}
+    canaries: dict[str, str | None] = {}
+    for path in sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json")):
+        record = json.loads(path.read_text())
+        provenance = record.get("provenance", {})
+        module = _module(record["id"])
+        if not isinstance(provenance.get("code"), dict) or changed_files(provenance["code"], code_fingerprint(module)):
+            counts["not current"] += 1
+            continue
+        canary = provenance.get("canary")
+        if (
+            not force
+            and isinstance(provenance.get("behaviour"), dict)
+            and isinstance(canary, dict)
+            and canary.get("torch") == _torch_version()
+        ):
+            counts["already"] += 1
+            continue
+        if record["id"] not in canaries:
+            canaries[record["id"]] = _twice(record["id"])
+        provenance["behaviour"] = behaviour_fingerprint(module)
+        digest = canaries[record["id"]]
+        if digest is None:
+            provenance.pop("canary", None)
+            counts["no canary"] += 1
+        else:
+            provenance["canary"] = {
+                "digest": digest,
+                "format": FORMAT,
+                "torch": _torch_version(),
+                "preset": "smoke",
+                "threads": 1,
+            }
+        record["stamped"] = {
+            "date": _dt.date.today().isoformat(),
+            "note": "behaviour fingerprint and smoke canary of the unchanged code",
+        }
+        if store.save(record) != path:
+            raise ValueError(f"{path}: the stamped record would move")
+        counts["stamped"] += 1
+        echo(
+            f"{record['id']} [{path.stem.split('-')[0]}]: "
+            + ("stamped" if digest else "stamped, no canary (two smoke runs differ)")
+        )
+    return counts
+
+
+def add_parser(sub) -> None:
+    """`gradalign stale` on the command line's subparsers."""
+    p = sub.add_parser("stale", help="each stored record: current, current by canary, or stale (and what changed)")
+    p.add_argument("--stamp", action="store_true", help="first stamp the current records with behaviour and canary")
+    p.add_argument("--results", default=None, help="results store (default: the checkout's results/)")
+    p.set_defaults(func=cmd_stale)
+
+
+def cmd_stale(args) -> int:
+    """Each stored record's code status, one line each (the canary runs where a record's code changed); exit 1
+    when any record is stale."""
+    from gradalign.records import storage
+
+    store = storage.result_store(args.results)
+    storage.check_results_exist(store.root)
+    if args.stamp:
+        storage.check_results_writable(store.root)
+        print(stamp(store))
+    counts: dict[str, int] = {}
+    for path in sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json")):
+        record = json.loads(path.read_text())
+        status = code_status(record)
+        state = status["state"] if status else "unknown"
+        counts[state] = counts.get(state, 0) + 1
+        detail = f" ({status['why']}; changed: {', '.join(status['changed'])})" if status and status["changed"] else ""
+        print(f"{record['id']} [{path.stem.split('-')[0]}]: {state}{detail}")
+    print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no stored record")
+    _prune_canaries()
+    return 1 if counts.get("stale") else 0
+
+
+def _prune_canaries() -> None:
+    """Keep only today's canary of each experiment under `<results>/canaries/` (older code's are never read)."""
+    from gradalign.experiments import EXPERIMENTS
+    from gradalign.store.store_root import results_root
+
+    for element_id, exp in EXPERIMENTS.items():
+        today = _cache_path(element_id, behaviour_fingerprint(exp.run.__module__))
+        for path in (results_root() / "canaries" / element_id).glob("*.json"):
+            if path != today:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m gradalign.records.canary [--stamp]`: the same as `gradalign stale`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m gradalign.records.canary", description=__doc__.splitlines()[0])
+    add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["stale", *(argv if argv is not None else sys.argv[1:])])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
