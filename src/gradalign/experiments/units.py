@@ -85,6 +85,12 @@ def _figure_runs(cfg: Config) -> list[Unit]:
     return figure_units(cfg)
 
 
+def _no_bn_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.sgr.vgg_without_bn import units
+
+    return units(cfg)
+
+
 def _siamese_runs(cfg: Config) -> list[Unit]:
     from gradalign.experiments.isoloss.deep_siamese import siamese_units
 
@@ -106,6 +112,7 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "sgr.tab6": _local_runs("table6_jobs"),
     "sgr.tab7": _local_runs("table7_jobs"),
     "sgr.tab4": _table4_runs,
+    "sgr.tab7nobn": _no_bn_runs,
     "isoloss.tab1": _siamese_runs,
     **dict.fromkeys(("sgr.fig2", "sgr.fig3", "sgr.fig4"), _figure_runs),
 }

@@ -134,6 +134,7 @@ class LocalRunSpec(Settings):
     dataset: str = "fashion_mnist"
     width: float = 1.0  # channel multiplier of the network (and so of its local heads)
     vgg_batch_norm: bool = True  # VGG only: conv → BN → ReLU (our choice; see `build_split_network`)
+    vgg_init: str = "torchvision"  # VGG only: `models.vgg_deep`'s init ("fan_in": the no-BN reading's)
     n_train: int = 0  # train subset (0: the whole training split)
     n_test: int = 0  # test subset (0: the whole test split)
     seed: int = 0  # initialisation, batch order and augmentation
@@ -144,7 +145,10 @@ class LocalRunSpec(Settings):
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
 
+        from gradalign.models.vgg_deep import INITS
+
         require(self, "validation", self.validation >= 0, "must be >= 0")
+        require(self, "vgg_init", self.vgg_init in INITS, f"must be one of {', '.join(INITS)}")
         require(self, "fast.compile", not self.fast.compile, "is not supported by the local steps (autograd.grad)")
         ok = known_network(self.network)
         require(self, "network", ok, "must be resnet32, plainnet32, vgg<d> (d = 5m + 2) or mlp<L> (L >= 1)")
@@ -161,9 +165,9 @@ class LocalRunSpec(Settings):
         return f"{TITLES[self.method.method]} K={self.method.modules} {self.network} seed {self.seed}"
 
     def to_dict(self) -> dict:
-        """The run-cache key's fields; `data_seed`, `validation` and `fast` only when not their defaults, so that
-        runs stored before the fields existed keep their keys."""
-        return without_defaults(self, super().to_dict(), ("data_seed", "validation", "fast"))
+        """The run-cache key's fields; `data_seed`, `validation`, `fast` and `vgg_init` only when not their
+        defaults, so that runs stored before the fields existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("data_seed", "validation", "fast", "vgg_init"))
 
 
 # --- the network, its modules and heads --------------------------------------------------------------------
@@ -191,7 +195,8 @@ def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleL
         model = PlainMLP(mlp_depth(spec.network), classes, info.channels * info.image_size**2, spec.width)
         modules, channels = mlp_modules(model, K), [model.feature_dim] * K
     else:
-        model = vgg_deep(network_depth(spec.network), classes, info.channels, spec.width, spec.vgg_batch_norm)
+        depth = network_depth(spec.network)
+        model = vgg_deep(depth, classes, info.channels, spec.width, spec.vgg_batch_norm, spec.vgg_init)
         modules, channels = vgg_modules(model, K), vgg_module_channels(model, K)
     if kind == "infopro":
         size, mean, std = info.image_size, info.mean, info.std

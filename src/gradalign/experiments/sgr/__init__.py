@@ -11,10 +11,11 @@ from gradalign.experiments.sgr import (
     memory,
     theory,
     two_layer,
+    vgg_without_bn,
 )
 
 EXPERIMENTS = theory.EXPERIMENTS + two_layer.EXPERIMENTS + gradient_cost.EXPERIMENTS + lambda_pilot.EXPERIMENTS
-EXPERIMENTS += local_bp.EXPERIMENTS
+EXPERIMENTS += local_bp.EXPERIMENTS + vgg_without_bn.EXPERIMENTS
 EXPERIMENTS += (
     attributes.EXPERIMENTS
     + bp_free.EXPERIMENTS

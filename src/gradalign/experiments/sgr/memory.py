@@ -334,8 +334,9 @@ EXPERIMENTS = [
             "quantity": "bytes of the tensors autograd saves for backward, each storage once, parameters and "
             "buffers excluded, the input batch counted where a layer saves it; the peak of a local step is the "
             "max over modules of module + local head + loss",
-            "models": "ResNet-32 and PlainNet-32 with 1x1-conv shortcuts (InfoPro's ResNet-32); VGG-57 of Table 7 "
-            "without BN, split into its 55 conv layers and into its 5 stages (the paper gives no VGG split)",
+            "models": "ResNet-32 and PlainNet-32 with 1x1-conv shortcuts (InfoPro's ResNet-32); VGG-57 without BN (the "
+            "network of sgr.tab7nobn; the sgr.tab7 record's runs add BN after every conv), split into its 55 conv "
+            "layers and into its 5 stages (the paper gives no VGG split)",
             "local head": "Belilovsky et al.'s k = 2 head (conv3x3 C->C, BN, ReLU, 2x2 pool, BN, linear) on every "
             "module but the last, which uses the network's own classifier",
             "heads' share": "per module, the bytes its local head and loss save (with SGR also the graph of their "

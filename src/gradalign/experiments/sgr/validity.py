@@ -149,6 +149,14 @@ def lam(record: dict) -> dict:
     return {"enough_seeds": enough_seeds(seeds)}
 
 
+def no_bn(record: dict) -> dict:
+    """Table 7 without BN (`sgr.tab7nobn`): the deepest VGG's three arms, SGR's term against layer-wise's there."""
+    c, depth = record["curves"], record["metrics"]["deepest"]["depth"]
+    keys = [f"{m}/d={depth}" for m in ("global_bp", "sgr", "layerwise")]
+    active = _active(c, {f"d={depth}": (f"sgr/d={depth}", f"layerwise/d={depth}")})
+    return {"enough_seeds": _seeds(c, keys), "mechanism_active": active}
+
+
 def fig3(record: dict) -> dict:
     """Figure 3 reads the runs of Figures 2 and 4: their preconditions, once the record keeps their curves."""
     return bp_free(record) if record.get("curves") else {"evaluated": not_evaluated()}
@@ -280,6 +288,7 @@ VALIDITY = {
     "sgr.fig3": (fig3, fig3_claims),
     "sgr.lam": (lam, None),
     "sgr.lam7": (lam, None),
+    "sgr.tab7nobn": (no_bn, None),
 }
 
 

@@ -1,0 +1,80 @@
+"""Table 7 without BatchNorm (`sgr.tab7nobn`): the VGG's two inits, the rate choice and the two claim checks, each
+fed a case where it must fail."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gradalign.errors import ConfigError
+from gradalign.experiments.sgr.vgg_without_bn import NEAR_CHANCE, choose_rates, no_bn_checks
+from gradalign.models.vgg_deep import vgg_deep
+from gradalign.training.local import LocalRunSpec
+
+CHANCE = 10.0
+
+
+def _last_conv_std(init: str, depth: int = 57) -> float:
+    torch.manual_seed(0)
+    model = vgg_deep(depth, 10, 1, 0.125, batch_norm=False, init=init)
+    x = torch.randn(64, 1, 28, 28)
+    with torch.no_grad():
+        for unit in model.layers:
+            x = unit(x)
+    return x.std().item()
+
+
+def test_the_fan_in_init_keeps_the_signal_of_a_plain_vgg_12_and_torchvisions_shrinks_it():
+    """He et al.'s fan-in init keeps a fifth of the input's spread through VGG-12's 10 ReLU convs; torchvision's
+    fan-out init loses 8 times more wherever a stage widens (our VGG-12 without BN stayed at chance with it). At
+    VGG-57 on 28-pixel images both vanish: stages 4 and 5 run on 1-pixel maps, where a 3x3 conv sees one ninth
+    of its fan-in (the collapse the no-BN reading tests)."""
+    assert _last_conv_std("fan_in", 12) > 0.1
+    assert _last_conv_std("torchvision", 12) < 0.05
+    assert _last_conv_std("fan_in", 57) < 1e-3
+
+
+def test_an_unknown_init_is_refused_before_any_compute():
+    with pytest.raises(ConfigError, match="init must be one of"):
+        vgg_deep(12, init="xavier")
+    with pytest.raises(ConfigError, match="vgg_init"):
+        LocalRunSpec(network="vgg12", vgg_init="xavier").validate()
+
+
+def test_the_default_init_keeps_every_stored_run_key():
+    assert "vgg_init" not in LocalRunSpec().to_dict()
+    assert LocalRunSpec(vgg_init="fan_in").to_dict()["vgg_init"] == "fan_in"
+
+
+def test_each_depth_takes_its_best_rate_and_a_depth_at_chance_takes_the_shallowest_depths():
+    sweep = {12: {0.003: 80.0, 0.01: 88.0, 0.03: 85.0}, 37: {0.003: 70.0, 0.01: 60.0, 0.03: 11.0}}
+    sweep[57] = {0.003: CHANCE + 1, 0.01: CHANCE, 0.03: CHANCE + NEAR_CHANCE - 0.1}
+    assert choose_rates(sweep, CHANCE) == {12: 0.01, 37: 0.003, 57: 0.01}
+    sweep[57][0.03] = CHANCE + NEAR_CHANCE + 0.1  # it left chance at one rate: its own best
+    assert choose_rates(sweep, CHANCE)[57] == 0.03
+
+
+def test_the_claim_passes_when_global_bp_collapses_and_sgr_trains_the_deepest():
+    sweep = {12: {0.01: 88.0, 0.03: 86.0}, 57: {0.01: 11.3, 0.03: 11.3}}
+    checks = no_bn_checks(sweep, sgr_deep=80.0, chance=CHANCE)
+    assert checks["global_bp_collapses_without_bn"]["passed"] and checks["sgr_trains_deepest_without_bn"]["passed"]
+
+
+def test_global_bp_training_the_deepest_fails_the_collapse_check():
+    sweep = {12: {0.01: 88.0, 0.03: 86.0}, 57: {0.01: 11.3, 0.03: 70.0}}  # one rate trains it
+    assert not no_bn_checks(sweep, sgr_deep=80.0, chance=CHANCE)["global_bp_collapses_without_bn"]["passed"]
+
+
+def test_sgr_at_chance_fails_the_stability_check():
+    sweep = {12: {0.01: 88.0, 0.03: 86.0}, 57: {0.01: 11.3, 0.03: 11.3}}
+    assert not no_bn_checks(sweep, sgr_deep=11.0, chance=CHANCE)["sgr_trains_deepest_without_bn"]["passed"]
+
+
+def test_a_grid_of_one_rate_or_a_second_data_set_is_refused():
+    from gradalign.experiments import get
+
+    exp = get("sgr.tab7nobn")
+    with pytest.raises(ConfigError, match="lrs"):
+        exp.resolve("smoke", {"lrs": [0.01]})
+    with pytest.raises(ConfigError, match="datasets"):
+        exp.resolve("smoke", {"datasets": ["fashion_mnist", "mnist"]})
