@@ -66,6 +66,7 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
     + tuple(
         (element_id, "gpu", {})
         for element_id in (
+            "sgr.tab7nobn",
             "lga.fig7",
             "lga.fig5",
             "lga.fig6",
@@ -86,7 +87,7 @@ budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales
 that the pilots chose (`pilots.RERUNS`) and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in
 `pilots.QUEUE`'s order, then
 the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
-then the `gpu` presets (LGA's Figure 7 first and its subsets after
+then the `gpu` presets (Table 7 without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after
 it; the meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
