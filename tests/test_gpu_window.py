@@ -454,3 +454,15 @@ def test_a_window_trains_again_a_local_tables_unit_an_earlier_window_saw_diverge
     window = gpu_window(5, tmp_path / "out", backlog, device="cpu", bench=False, workers=workers, echo=lambda _: None)
     rows = [u for u in window.units if u.get("key") == sgr.key]
     assert [u["status"] for u in rows] == ["finished"] and window.records and not window.left
+
+
+def test_the_compute_page_says_a_windows_cuda_tests_in_words():
+    from gradalign.compute.window_report import tests_in_words
+
+    outcome = "1 failed, 85 passed, 1 warning in 199.34s (0:03:19)"
+    failures = ["FAILED tests/test_activation_memory.py::test_cuda_peak_memory_falls_with_more_modules"]
+    words = tests_in_words({"outcome": outcome, "failures": failures})
+    assert words == "85 passed, 1 failed (test_cuda_peak_memory_falls_with_more_modules), in 3.3 min"
+    assert "did not keep" in tests_in_words({"outcome": "9 failed, 71 passed, 1 warning in 96.45s (0:01:36)"})
+    assert tests_in_words({}) == "not run"
+    assert "warning" not in tests_in_words({"outcome": outcome})
