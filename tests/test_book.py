@@ -215,3 +215,117 @@ def test_a_page_that_reads_committed_runs_is_executed_again_when_a_run_is_commit
     (tmp_path / "runs" / "sgr.local" / "0123456789abcdef.json").write_text("{}")
     after = input_key(reads_runs, "auto", store), input_key(reads_records, "auto", store)
     assert after[0] != before[0] and after[1] == before[1]
+
+
+def test_a_second_build_writes_no_page_and_sphinx_reads_no_source(built):
+    """Nothing changed between the two builds: the second one rewrites no generated page, download or executed
+    notebook (their mtimes stay, so Sphinx sees no changed source) and Sphinx reads none again (issue 49: an
+    unchanged `make book` in seconds)."""
+    out, first, second = built
+    assert {"book/report.md", "book/compute.md", "book/get_the_code.md", "_config.yml"} <= set(first["written"])
+    assert first["sphinx_read"] and first["sphinx_read"] > 0
+    assert second["written"] == [] and second["sphinx_read"] == 0
+    assert second["executed"] == second["adopted"] == []
+
+
+def test_memoized_reads_check_each_file_once_and_see_a_rewrite(store, monkeypatch):
+    """The build's memo of records and committed runs (`build.memoized_reads`): a file is parsed and checked once
+    while it is unchanged, each caller gets its own copy, a rewritten or edited file is read again, and the
+    library's functions are restored after the block."""
+    import json
+    import shutil
+    import warnings
+
+    from gradalign.book.build import memoized_reads
+    from gradalign.records import results
+    from gradalign.records.results import ResultStore
+    from gradalign.store import run_unit
+    from gradalign.store.run_unit import Unit, read_entry, write_entry
+
+    # a committed run entry
+    runs = store.root / "runs"
+    unit = Unit("trial 0", "test.memo", {"seed": 0, "widths": (2, 3)}, 1, lambda path: None)
+    write_entry(runs, unit, {"loss": [1.0, 0.5]}, {"hardware": "test"})
+    fresh, checked = read_entry(runs, unit), []
+    check_entry = run_unit.check_entry
+    monkeypatch.setattr(run_unit, "check_entry", lambda *a, **k: checked.append(1) or check_entry(*a, **k))
+    with memoized_reads():
+        first, second = (run_unit.read_entry(runs, unit) for _ in range(2))
+        assert first == second == fresh and first is not second and len(checked) == 1
+        first["value"]["loss"].append(9.0)  # a caller that changes what it got changes no one else's copy
+        assert run_unit.read_entry(runs, unit)["value"]["loss"] == [1.0, 0.5]
+        write_entry(runs, unit, {"loss": [0.25]}, {"hardware": "test"})  # rewritten: read again
+        assert run_unit.read_entry(runs, unit)["value"]["loss"] == [0.25]
+        path = run_unit.entry_path(runs, unit.kind, unit.key)
+        path.write_text(path.read_text().replace("0.25", "0.125"))  # edited by hand: caught, as without the memo
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert run_unit.read_entry(runs, unit) is None
+        assert any("digest" in str(w.message) for w in caught)
+    assert run_unit.read_entry is read_entry
+
+    # a stored record (an analytic one: its checks read no runs)
+    source = next((project_root() / "results" / "lga" / "lga.prop1").glob("*.json"))
+    record = json.loads(source.read_text())
+    target = store.path(record["id"], record["preset"], record["config_hash"])
+    target.parent.mkdir(parents=True)
+    shutil.copy(source, target)
+    key = (record["id"], record["preset"], record["config_hash"], record["experiment_version"])
+    problems = []
+    content_problem = results._content_problem
+    monkeypatch.setattr(results, "_content_problem", lambda r: problems.append(1) or content_problem(r))
+    load = ResultStore.load
+    with memoized_reads():
+        loaded = [store.load(*key) for _ in range(3)]
+        assert loaded[0] == loaded[2] == record and loaded[0] is not loaded[1] and len(problems) == 1
+    assert ResultStore.load is load and store.load(*key) == record and len(problems) == 2
+
+
+def test_notebook_cells_reads_what_nbformat_reads():
+    """The build reads notebooks as plain JSON (`notebook_cells`; nbformat's import costs a second): the same cell
+    types and sources as nbformat, so input keys and the downloads cell do not change."""
+    import nbformat
+
+    from gradalign.book.build import notebook_cells
+
+    notebooks = sorted((project_root() / "notebooks").glob("*/*.ipynb"))
+    assert len(notebooks) >= 18
+    for path in notebooks:
+        ours = [(c["cell_type"], c["source"], c.get("metadata", {})) for c in notebook_cells(path)]
+        theirs = [(c.cell_type, c.source, c.metadata) for c in nbformat.read(path, as_version=4).cells]
+        assert ours == theirs, path
+
+
+def test_the_source_archive_of_a_commit_is_packed_once(tmp_path, monkeypatch):
+    """A second build from the same commit does not run `git archive` again; an archive changed since it was
+    written, or a new commit, is packed again."""
+    import subprocess
+
+    from gradalign.book import source_archive
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "a.py").write_text("A = 1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    packed = []
+    run = subprocess.run
+    monkeypatch.setattr(
+        source_archive.subprocess,
+        "run",
+        lambda cmd, **k: (packed.append(cmd) if "archive" in cmd else 0, run(cmd, **k))[1],
+    )
+    path, sha, _ = source_archive.write_archive(repo, tmp_path / "files")
+    data, mtime = path.read_bytes(), path.stat().st_mtime_ns
+    assert len(packed) == 1
+    assert source_archive.write_archive(repo, tmp_path / "files") == (path, sha, False)
+    assert len(packed) == 1 and path.stat().st_mtime_ns == mtime
+    path.write_bytes(b"not the archive")  # changed since: packed again
+    source_archive.write_archive(repo, tmp_path / "files")
+    assert len(packed) == 2 and path.read_bytes() == data
+    (repo / "src" / "a.py").write_text("A = 2\n")
+    subprocess.run([*git, "commit", "-qam", "two"], check=True)
+    new, new_sha, _ = source_archive.write_archive(repo, tmp_path / "files")
+    assert len(packed) == 3 and new_sha != sha and new.exists() and not path.exists()

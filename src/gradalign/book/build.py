@@ -7,13 +7,22 @@ code* page (`gradalign.book.source_archive`), and each page's records as JSON an
 (`gradalign.book.downloads`), linked from the end of the page; jupyter-book then builds `<out>/html` with warnings
 treated as errors. A notebook is re-executed only when its inputs changed: its source, the gradalign modules
 it imports (followed transitively), the stored records of the experiments it shows, and the preset.
+
+A build with nothing changed (a second `make book`) executes nothing, reads and checks each stored record and run
+once (`memoized_reads`), rewrites no source under `book-src/` (`written` in the result: the pages, downloads and
+notebooks whose content changed), packs the source archive only for a new commit, and lets Sphinx build
+incrementally: it reads again only the sources that changed (`sphinx_read`), none here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
+import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -53,14 +62,26 @@ RUN_READERS = ("pilot_view", "rerun_view", "table2_projection")
 is executed again when a run is committed, not only when a record changes."""
 
 
-def notebook_code(path: Path) -> str:
-    import nbformat
+def notebook_cells(path: Path) -> list[dict]:
+    """The cells of a notebook as nbformat reads them (`cell_type`, `source` as one string, `metadata`), read as
+    plain JSON when it is in format 4: importing nbformat (its JSON schema validator) costs a second, which an
+    unchanged build need not spend."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict) or data.get("nbformat") != 4:
+        import nbformat
 
-    nb = nbformat.read(path, as_version=4)
+        return nbformat.read(path, as_version=4).cells
+    return [
+        {**cell, "source": "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]}
+        for cell in data["cells"]
+    ]
+
+
+def notebook_code(path: Path) -> str:
     lines = []
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            lines += [ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!"))]
+    for cell in notebook_cells(path):
+        if cell["cell_type"] == "code":
+            lines += [ln for ln in cell["source"].splitlines() if not ln.lstrip().startswith(("%", "!"))]
     return "\n".join(lines)
 
 
@@ -71,32 +92,89 @@ def input_key(notebook: Path, preset: str, store: ResultStore) -> str:
     digest.update(f"preset={preset}\nresults={store.root}\n".encode())
     digest.update(notebook.read_bytes())
     # the library by behaviour, not by bytes: a comment, a docstring or a moved function re-executes nothing
-    behaviour = files_behaviour(library_closure(notebook_code(notebook)))
+    code = notebook_code(notebook)
+    behaviour = files_behaviour(library_closure(code))
     digest.update(json.dumps(behaviour, sort_keys=True).encode())
     rel = notebook.resolve().relative_to(project_root()).as_posix()
     for exp in sorted(EXPERIMENTS.values(), key=lambda e: e.id):
         if exp.notebook == rel:
             for record in store.files(exp.id):
                 digest.update(str(record.name).encode() + record.read_bytes())
-    if any(f"{reader}(" in notebook_code(notebook) for reader in RUN_READERS):
+    if any(f"{reader}(" in code for reader in RUN_READERS):
         for folder in ("runs", "windows"):  # entries are immutable once committed: their names tell what changed
             names = sorted(p.relative_to(store.root).as_posix() for p in (store.root / folder).glob("**/*.json"))
             digest.update("\n".join(names).encode())
     return digest.hexdigest()
 
 
-def _copy_if_changed(src: Path, dst: Path) -> None:
-    if dst.exists() and dst.read_bytes() == src.read_bytes():
-        return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, dst)
-
-
-def _write_if_changed(text: str, dst: Path) -> None:
+def _write_if_changed(text: str, dst: Path) -> bool:
+    """Write `text` to `dst` unless it holds it already (an unchanged mtime: Sphinx does not read it again)."""
     if dst.exists() and dst.read_text() == text:
-        return
+        return False
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_text(text)
+    return True
+
+
+def _stat_key(path: Path) -> tuple | None:
+    """What changes whenever a file is written or replaced (an atomic write is a new inode and a new ctime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (str(path), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@contextlib.contextmanager
+def memoized_reads():
+    """Within this block a stored record (`ResultStore.load`) or committed run entry (`run_unit.read_entry`) that
+    was read and checked once is not parsed and checked again while its file is unchanged, and a module name is
+    looked up once (`fingerprint.module_file`).
+
+    The generated pages read the same few hundred files thousands of times (each record's preconditions read its
+    runs again; the report, the scoreboards and the compute page read every record again), and each read parses
+    strict JSON and recomputes the content digest: most of an unchanged second build (47 of 58 s). The memo is
+    keyed by the file's path, inode, size, mtime and ctime and by the arguments of the check, and gives each caller a
+    fresh copy (pickled when first read): what a caller gets is what a fresh read gives. A read that fails is not
+    remembered (it warns each time, as before). Only for a stretch in which nothing writes records or runs (the
+    pages, after the notebooks ran): a record's checks also read its runs."""
+    from gradalign.records.results import ResultStore
+    from gradalign.store import fingerprint, run_unit
+
+    memo: dict = {}
+    load, read_entry, module_file = ResultStore.load, run_unit.read_entry, fingerprint.module_file
+
+    def remembered(key, read):
+        if key[0] is not None and key in memo:
+            return pickle.loads(memo[key])
+        value = read()
+        if value is not None and key[0] is not None:
+            memo[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return value
+
+    def memo_load(self, element_id, preset, digest, version):
+        key = (_stat_key(self.path(element_id, preset, digest)), "record", element_id, preset, digest, version)
+        return remembered(key, lambda: load(self, element_id, preset, digest, version))
+
+    def memo_read_entry(folder, unit):
+        run_key = unit.key  # a property that hashes the spec: once
+        try:
+            spec = json.dumps(unit.spec, sort_keys=True)  # as the entry stores it: tuples become lists
+        except (TypeError, ValueError):
+            return read_entry(folder, unit)
+        path = run_unit.entry_path(folder, unit.kind, run_key)
+        key = (_stat_key(path), "run", unit.kind, run_key, repr(unit.version), spec)
+        return remembered(key, lambda: read_entry(folder, unit))
+
+    @functools.lru_cache(maxsize=None)
+    def memo_module_file(name, package=fingerprint.PACKAGE):
+        return module_file(name, package)
+
+    ResultStore.load, run_unit.read_entry, fingerprint.module_file = memo_load, memo_read_entry, memo_module_file
+    try:
+        yield
+    finally:
+        ResultStore.load, run_unit.read_entry, fingerprint.module_file = load, read_entry, module_file
 
 
 def execute(notebook: Path, target: Path, preset: str) -> None:
@@ -176,8 +254,11 @@ def build_book(
     executed_copies: Path | None = None,
 ) -> dict:
     """Execute what changed and build `<out>/html`; returns {'executed': [...], 'adopted': [...], 'skipped': [...],
-    'html': path}. `executed_copies`: a folder of notebooks already executed at `preset` against `store` (`adopt`), by
-    their toc entries (`<executed_copies>/notebooks/lga/01_linear_regression.ipynb`): those are not executed again."""
+    'written': [...], 'sphinx_read': n, 'html': path}. `written`: the sources under `<out>/book-src` it wrote (only
+    those whose content changed); `sphinx_read`: how many sources Sphinx read again (added or changed), None when
+    its log did not say. `executed_copies`: a folder of notebooks already executed at `preset` against `store`
+    (`adopt`), by their toc entries (`<executed_copies>/notebooks/lga/01_linear_regression.ipynb`): those are not
+    executed again."""
     from gradalign.book.api_page import api_markdown
     from gradalign.config import check_preset
     from gradalign.book.pages import (
@@ -199,28 +280,34 @@ def build_book(
     src = out / "book-src"
     cache_path = out / "executed.json"
     cache = json.loads(cache_path.read_text()) if cache_path.exists() and not force else {}
-    executed, skipped = [], []
-    _write_if_changed(book_config((root / "_config.yml").read_text()), src / "_config.yml")
-    _copy_if_changed(root / "_toc.yml", src / "_toc.yml")
+    executed, skipped, written = [], [], []  # written: the Sphinx sources this build wrote, under <src>
+
+    def write(text: str, dst: Path) -> None:
+        if _write_if_changed(text, dst):
+            written.append(dst.relative_to(src).as_posix())
+
+    write(book_config((root / "_config.yml").read_text()), src / "_config.yml")
+    write((root / "_toc.yml").read_text(), src / "_toc.yml")
     pages, notebooks, stale = [], [], []
-    for entry in toc_files(root):
-        if entry in GENERATED:
-            continue
-        nb = root / f"{entry}.ipynb"
-        if nb.exists():
-            target = src / f"{entry}.ipynb"
-            notebooks.append((entry, nb, target))
-            if target.exists() and cache.get(entry) == input_key(nb, preset, store):
-                skipped.append(entry)
+    with memoized_reads():  # nothing writes to the store before the notebooks run
+        for entry in toc_files(root):
+            if entry in GENERATED:
+                continue
+            nb = root / f"{entry}.ipynb"
+            if nb.exists():
+                target = src / f"{entry}.ipynb"
+                notebooks.append((entry, nb, target))
+                if target.exists() and cache.get(entry) == input_key(nb, preset, store):
+                    skipped.append(entry)
+                else:
+                    stale.append((entry, nb, target))
             else:
-                stale.append((entry, nb, target))
-        else:
-            page = next(
-                (root / f"{entry}{ext}" for ext in (".md", ".ipynb") if (root / f"{entry}{ext}").exists()), None
-            )
-            if page is None:
-                raise ConfigError(f"_toc.yml lists {entry!r} but neither {entry}.md nor {entry}.ipynb exists")
-            pages.append(page)
+                page = next(
+                    (root / f"{entry}{ext}" for ext in (".md", ".ipynb") if (root / f"{entry}{ext}").exists()), None
+                )
+                if page is None:
+                    raise ConfigError(f"_toc.yml lists {entry!r} but neither {entry}.md nor {entry}.ipynb exists")
+                pages.append(page)
     copies = Path(executed_copies) if executed_copies else None
     adopted = [e for e, nb, t in stale if copies and adopt(copies / f"{e}.ipynb", nb, t, preset)]
     for entry, nb, _ in stale:
@@ -233,27 +320,37 @@ def build_book(
         cache_path.write_text(json.dumps(cache, indent=1))
         executed.append(entry)
     executed.sort(key=[entry for entry, _, _ in notebooks].index)  # toc order, whatever order they ended in
-    for entry, nb, target in notebooks:
-        add_downloads(target, page_records(nb, preset, store), src)
-    # after the notebooks, which may have stored records: generated text shows what the store holds now
-    for page in pages:
-        text = page.read_text()
-        if page.suffix == ".md":
-            text = relative_paths(fill_markers(text, preset, store, page_base(page, root)))
-        _write_if_changed(text, src / page.relative_to(root))
-    _write_if_changed(relative_paths(report_markdown(preset, store)), src / "book" / "report.md")
-    _write_if_changed(relative_paths(how_to_run_markdown()), src / "book" / "how_to_run.md")
-    _write_if_changed(api_markdown(), src / "book" / "appendix" / "api.md")
-    compute = compute_markdown(preset, store)
-    compute = relative_paths(compute) + (DIRTY_NOTE if "+dirty" in compute else "")
-    _write_if_changed(compute, src / "book" / "compute.md")
-    archive, sha, dirty = write_archive(root, src / "book" / "files")
-    repository = repository_url((root / "_config.yml").read_text())
-    code_page = code_page_markdown(f"files/{archive.name}", sha, dirty, repository)
-    _write_if_changed(code_page, src / "book" / "get_the_code.md")
-    _write_if_changed(relative_paths(performance_markdown(store.root)), src / "book" / "performance.md")
-    _jupyter_book(src, out)
-    return {"executed": executed, "adopted": adopted, "skipped": skipped, "html": out / "html"}
+    # after the notebooks, which may have stored records: generated text shows what the store holds now. From here
+    # on nothing writes to the store, so each record and run is read and checked once (`memoized_reads`), and a
+    # page is written only when its text changed (Sphinx then reads again only the pages that changed).
+    with memoized_reads():
+        for entry, nb, target in notebooks:
+            changed = add_downloads(target, page_records(nb, preset, store), src)
+            written += [path.relative_to(src).as_posix() for path in changed]
+        for page in pages:
+            text = page.read_text()
+            if page.suffix == ".md":
+                text = relative_paths(fill_markers(text, preset, store, page_base(page, root)))
+            write(text, src / page.relative_to(root))
+        write(relative_paths(report_markdown(preset, store)), src / "book" / "report.md")
+        write(relative_paths(how_to_run_markdown()), src / "book" / "how_to_run.md")
+        write(api_markdown(), src / "book" / "appendix" / "api.md")
+        compute = compute_markdown(preset, store)
+        compute = relative_paths(compute) + (DIRTY_NOTE if "+dirty" in compute else "")
+        write(compute, src / "book" / "compute.md")
+        archive, sha, dirty = write_archive(root, src / "book" / "files")
+        repository = repository_url((root / "_config.yml").read_text())
+        write(code_page_markdown(f"files/{archive.name}", sha, dirty, repository), src / "book" / "get_the_code.md")
+        write(relative_paths(performance_markdown(store.root)), src / "book" / "performance.md")
+    read = _jupyter_book(src, out)
+    return {
+        "executed": executed,
+        "adopted": adopted,
+        "skipped": skipped,
+        "written": written,
+        "sphinx_read": read,
+        "html": out / "html",
+    }
 
 
 def book_config(text: str) -> str:
@@ -289,16 +386,15 @@ def page_records(notebook: Path, preset: str, store: ResultStore) -> list[tuple[
     return found
 
 
-def add_downloads(target: Path, records: list[tuple[dict, Path]], src: Path) -> None:
+def add_downloads(target: Path, records: list[tuple[dict, Path]], src: Path) -> list[Path]:
     """Write each record (JSON) and its curves (CSV) under `<src>/data/`, and end the executed notebook with a
-    cell that links them (replacing the cell a previous build added)."""
-    import nbformat
-
+    cell that links them (replacing the cell a previous build added). Returns the files it wrote: none when the
+    records and the notebook's last cell are what they were."""
     from gradalign.book.downloads import write_downloads
 
-    lines = []
+    lines, written = [], []
     for record, path in records:
-        json_file, csv_file = write_downloads(record, path, src / "data" / record["id"])
+        json_file, csv_file = write_downloads(record, path, src / "data" / record["id"], written)
         rel = lambda p: os.path.relpath(p, target.parent)
         # a record with no curves has a CSV of its header row only: not offered
         curves = len(csv_file.read_text().splitlines()) > 1
@@ -306,22 +402,38 @@ def add_downloads(target: Path, records: list[tuple[dict, Path]], src: Path) -> 
             f"- `{record['id']}` at preset `{record['preset']}`: {{download}}`record (JSON) <{rel(json_file)}>`"
             + (f", {{download}}`curves (CSV) <{rel(csv_file)}>`" if curves else " (it stores no curves)")
         )
-    nb = nbformat.read(target, as_version=4)
-    cells = [c for c in nb.cells if DOWNLOADS_TAG not in c.get("metadata", {}).get("tags", [])]
+    text = None
     if lines:
         text = (
             "## Data on this page\n\nEvery number and curve on this page comes from these stored records. Each "
             "record holds its config, checks, verdict and provenance; the CSV lists its curves one value a row "
             "(`curve`, `index`, `value`).\n\n" + "\n".join(lines)
         )
+    ours = lambda cell: DOWNLOADS_TAG in cell.get("metadata", {}).get("tags", [])
+    now = notebook_cells(target)
+    if [c["source"] for c in now if not ours(c)] + ([text] if text else []) == [c["source"] for c in now]:
+        return written  # the notebook ends with this cell already: not rewritten
+    import nbformat
+
+    nb = nbformat.read(target, as_version=4)
+    cells = [c for c in nb.cells if not ours(c)]
+    if text:
         cells.append(nbformat.v4.new_markdown_cell(text, metadata={"tags": [DOWNLOADS_TAG]}))
     if [c.source for c in cells] != [c.source for c in nb.cells]:
         nb.cells = cells
         nbformat.write(nb, target)
+        written.append(target)
+    return written
 
 
-def _jupyter_book(src: Path, out: Path) -> None:
-    """jupyter-book writes `<path-output>/_build/html`; we build there and expose it as `<out>/html`."""
+SPHINX_READ = re.compile(r"updating environment: (?:\[[^\]]*\] )?(\d+) added, (\d+) changed, \d+ removed")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _jupyter_book(src: Path, out: Path) -> int | None:
+    """jupyter-book writes `<path-output>/_build/html`; we build there and expose it as `<out>/html`. Sphinx builds
+    incrementally: it reads again only the sources added or changed since its last build into `<out>/jb` (returned,
+    from its log; None when the log does not say)."""
     jb = Path(sys.executable).with_name("jupyter-book")
     cmd = [
         str(jb) if jb.exists() else "jupyter-book",
@@ -346,3 +458,5 @@ def _jupyter_book(src: Path, out: Path) -> None:
         else:
             shutil.rmtree(html)
     html.symlink_to(out / "jb" / "_build" / "html", target_is_directory=True)
+    found = SPHINX_READ.search(ANSI.sub("", result.stdout))
+    return int(found[1]) + int(found[2]) if found else None

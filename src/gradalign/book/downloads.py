@@ -52,15 +52,20 @@ def download_names(record: dict) -> tuple[str, str]:
     return f"{stem}.json", f"{stem}-curves.csv"
 
 
-def write_downloads(record: dict, record_path: Path, folder: Path) -> tuple[Path, Path]:
+def write_downloads(
+    record: dict, record_path: Path, folder: Path, written: list[Path] | None = None
+) -> tuple[Path, Path]:
     """Copy the stored record file (byte for byte) and write its curves CSV into `folder`; files whose content
-    is unchanged are not rewritten (so an unchanged book does not rebuild). Returns the two paths."""
+    is unchanged are not rewritten (so an unchanged book does not rebuild), and those that are written are added
+    to `written`. Returns the two paths."""
     json_name, csv_name = download_names(record)
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
+    paths = []
     for name, data in ((json_name, Path(record_path).read_bytes()), (csv_name, curves_csv(record).encode())):
         target = folder / name
         if not target.exists() or target.read_bytes() != data:
             target.write_bytes(data)
-        written.append(target)
-    return written[0], written[1]
+            if written is not None:
+                written.append(target)
+        paths.append(target)
+    return paths[0], paths[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import subprocess
 import tarfile
 from pathlib import Path
@@ -55,11 +56,26 @@ def _tree_archive(root: Path, prefix: str) -> bytes:
     return gzip.compress(raw.getvalue(), mtime=0)
 
 
+STAMP = ".archive-commit"  # beside the archive: the commit it packs, and the size and mtime it was written with
+
+
+def _stamp(target: Path, sha: str) -> str:
+    st = target.stat()
+    return json.dumps({"commit": sha, "name": target.name, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+
+
 def write_archive(root: Path, folder: Path) -> tuple[Path, str | None, bool]:
-    """Write the source archive into `folder` (only when its bytes changed); returns (path, commit, dirty)."""
+    """Write the source archive into `folder` (only when its bytes changed); returns (path, commit, dirty).
+
+    A commit's archive is packed once: while the archive in `folder` is the one written for this commit (its stamp,
+    `STAMP`, names the commit and the archive's size and mtime), `git archive` is not run again. Outside git the
+    tree is packed on every call (its files may have changed)."""
     sha, dirty = commit_state(root)
     name = archive_name(sha)
     prefix = name.removesuffix(".tar.gz") + "/"
+    target, stamp = folder / name, folder / STAMP
+    if sha and target.is_file() and stamp.is_file() and stamp.read_text() == _stamp(target, sha):
+        return target, sha, dirty
     if sha:
         result = subprocess.run(
             ["git", "archive", "--format=tar.gz", f"--prefix={prefix}", sha], cwd=root, capture_output=True
@@ -73,9 +89,12 @@ def write_archive(root: Path, folder: Path) -> tuple[Path, str | None, bool]:
     for old in folder.glob("gradalign-*.tar.gz"):
         if old.name != name:
             old.unlink()
-    target = folder / name
     if not target.exists() or target.read_bytes() != data:
         target.write_bytes(data)
+    if sha:
+        stamp.write_text(_stamp(target, sha))
+    else:
+        stamp.unlink(missing_ok=True)
     return target, sha, dirty
 
 
