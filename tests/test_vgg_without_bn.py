@@ -78,3 +78,31 @@ def test_a_grid_of_one_rate_or_a_second_data_set_is_refused():
         exp.resolve("smoke", {"lrs": [0.01]})
     with pytest.raises(ConfigError, match="datasets"):
         exp.resolve("smoke", {"datasets": ["fashion_mnist", "mnist"]})
+
+
+def test_a_local_arm_that_diverges_trains_at_the_next_lower_rate_and_at_every_rate_counts_at_chance(monkeypatch):
+    from gradalign.errors import DivergenceError
+    from gradalign.experiments import get
+    from gradalign.experiments.sgr import vgg_without_bn
+
+    cfg = get("sgr.tab7nobn").resolve("smoke", {"lrs": [0.003, 0.01, 0.03]})
+    job = ("vgg17", "sgr", 5, "fashion_mnist")
+    run = {"final_test_acc": 70.0, "diverged": None, "history": {"test_acc": [60.0, 70.0]}}
+    run |= {"train_seconds": 1.0, "epoch_seconds": [0.5, 0.5], "epochs_done": 2}
+    tried = []
+
+    def fake_group(at, jobs, device):
+        tried.append(at.protocol.lr)
+        if at.protocol.lr > 0.005:
+            raise DivergenceError("diverged at step 50")
+        return {jobs[0]: [run]}
+
+    monkeypatch.setattr(vgg_without_bn, "run_group", fake_group)
+    runs, arm = vgg_without_bn.deepest_arm(cfg, job, 0.03, CHANCE, "cpu")
+    assert tried == [0.03, 0.01, 0.003] and arm["lr"] == 0.003 and arm["mean"] == 70.0
+    assert [d["lr"] for d in arm["diverged_at"]] == [0.03, 0.01]
+    runs, arm = vgg_without_bn.deepest_arm(cfg, job, 0.001 * 5, CHANCE, "cpu")  # below every diverging rate
+    assert arm["lr"] == 0.003
+    monkeypatch.setattr(vgg_without_bn, "run_group", lambda at, jobs, device: fake_group(at.at_rate(1.0), jobs, device))
+    runs, arm = vgg_without_bn.deepest_arm(cfg, job, 0.03, CHANCE, "cpu")
+    assert runs == [] and arm["lr"] is None and arm["mean"] == CHANCE and arm["diverged"] == cfg.seeds

@@ -15,6 +15,7 @@ BatchNorm:
    (`validation`; the test split is not read).
 2. **SGR and layer-wise training at the deepest VGG**, at the rate global BP chose there; where global BP stayed
    near chance at every rate (within `NEAR_CHANCE` points), at the rate it chose at the shallowest depth (ours).
+   A local arm whose run diverges at that rate trains at the next lower rate of the grid (`deepest_arm`).
 
 The claim, read without BN: no rate trains the deepest VGG under global BP (its best accuracy is below halfway
 between its best at the shallowest depth and chance, `local_bp.table7_checks`'s mark), while SGR trains it (above
@@ -110,6 +111,24 @@ def no_bn_checks(sweep: dict[int, dict[float, float]], sgr_deep: float, chance: 
     }
 
 
+def deepest_arm(cfg: NoBNConfig, job: tuple, rate: float, chance: float, device) -> tuple[list[dict], dict]:
+    """(runs, summary) of one arm at the deepest VGG: at `rate`, or, where a local arm's run diverges there (its
+    validation runs stop on a divergence, `training.local_divergence`), at the next lower rate of the grid (as
+    Table 4's tuned runs do). An arm that diverges at every rate counts at chance, every seed diverged."""
+    from gradalign.errors import DivergenceError
+
+    diverged_at = []
+    for lr in sorted((lr for lr in cfg.lrs if lr <= rate), reverse=True):
+        try:
+            runs = run_group(cfg.at_rate(lr), [job], device)[job]
+        except DivergenceError as err:
+            diverged_at.append({"lr": lr, "why": str(err)})
+            continue
+        return runs, {**summary(runs), "lr": lr, "diverged_at": diverged_at}
+    at_chance = {"mean": chance, "std": 0.0, "n": cfg.seeds, "diverged": cfg.seeds, "still_improving": 0}
+    return [], {**at_chance, "train_seconds": 0.0, "epoch_seconds": 0.0, "lr": None, "diverged_at": diverged_at}
+
+
 def no_bn(cfg: NoBNConfig, device) -> dict:
     """The rate sweep of global BP at every depth, then global BP, SGR and layer-wise at the deepest."""
     from gradalign.data.image_sets import image_set_info
@@ -132,10 +151,10 @@ def no_bn(cfg: NoBNConfig, device) -> dict:
             curves[f"sweep/global_bp/d={d}/lr={lr:g}"] = curves_of(runs[job])
     chosen = choose_rates(sweep, chance)
     deep = cfg.depths[-1]
-    runs = run_group(cfg.at_rate(chosen[deep]), deepest_jobs(cfg), device)
-    arms = {job[1]: summary(runs[job]) for job in deepest_jobs(cfg)}
+    arms = {}
     for job in deepest_jobs(cfg):
-        curves[f"{job[1]}/d={deep}"] = curves_of(runs[job])
+        runs, arms[job[1]] = deepest_arm(cfg, job, chosen[deep], chance, device)
+        curves[f"{job[1]}/d={deep}"] = {**curves_of(runs), "diverged": arms[job[1]]["diverged"]}
     checks = no_bn_checks(sweep, arms["sgr"]["mean"], chance)
     seconds = sum(s["train_seconds"] for s in [*rows.values(), *init_check.values()]) + sum(
         s["train_seconds"] for m, s in arms.items() if m != "global_bp" or cfg.seeds > 1
@@ -145,7 +164,7 @@ def no_bn(cfg: NoBNConfig, device) -> dict:
         "sweep_runs": rows,
         "init_check": {"depth": cfg.depths[0], "init": "torchvision", "by_lr": init_check},
         "chosen_lr": {str(d): lr for d, lr in chosen.items()},
-        "deepest": {"depth": deep, "network": vgg_name(deep), "lr": chosen[deep], "arms": arms},
+        "deepest": {"depth": deep, "network": vgg_name(deep), "lr": chosen[deep], "arms": arms},  # each arm's own "lr"
         "chance": chance,
         "train_seconds": seconds,
     }
