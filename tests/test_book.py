@@ -229,14 +229,14 @@ def test_a_second_build_writes_no_page_and_sphinx_reads_no_source(built):
 
 
 def test_memoized_reads_check_each_file_once_and_see_a_rewrite(store, monkeypatch):
-    """The build's memo of records and committed runs (`build.memoized_reads`): a file is parsed and checked once
+    """The build's memo of records and committed runs (`book.memo.memoized_reads`): a file is parsed and checked once
     while it is unchanged, each caller gets its own copy, a rewritten or edited file is read again, and the
     library's functions are restored after the block."""
     import json
     import shutil
     import warnings
 
-    from gradalign.book.build import memoized_reads
+    from gradalign.book.memo import memoized_reads
     from gradalign.records import results
     from gradalign.records.results import ResultStore
     from gradalign.store import run_unit
