@@ -2,11 +2,27 @@
 
 The `built` fixture (conftest.py) builds the book once per test session for both modules."""
 
+from pathlib import Path
+
 import pytest
 
 from gradalign.book.build import library_closure, toc_files
 from gradalign.environment import project_root
 from gradalign.elements import ELEMENTS
+
+
+def _one_commit_repo(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A git repository with one commit of `src/a.py`, and the git command line that commits in it."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "a.py").write_text("A = 1\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    return repo, git
 
 
 def test_toc_lists_the_built_chapter():
@@ -96,18 +112,11 @@ def test_curves_csv_holds_every_number_of_the_curves():
 
 
 def test_source_archive_is_the_commit_and_says_when_the_tree_differs(tmp_path):
-    import subprocess
     import tarfile
 
     from gradalign.book.source_archive import code_page_markdown, write_archive
 
-    repo = tmp_path / "repo"
-    (repo / "src").mkdir(parents=True)
-    (repo / "src" / "a.py").write_text("A = 1\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    repo, git = _one_commit_repo(tmp_path)
     (repo / "src" / "a.py").write_text("A = 2\n")  # uncommitted change: not in the archive, and said so
     path, sha, dirty = write_archive(repo, tmp_path / "files")
     assert dirty and sha and path.name == f"gradalign-{sha[:12]}.tar.gz"
@@ -303,13 +312,7 @@ def test_the_source_archive_of_a_commit_is_packed_once(tmp_path, monkeypatch):
 
     from gradalign.book import source_archive
 
-    repo = tmp_path / "repo"
-    (repo / "src").mkdir(parents=True)
-    (repo / "src" / "a.py").write_text("A = 1\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
-    subprocess.run(["git", "init", "-q", str(repo)], check=True)
-    subprocess.run([*git, "add", "."], check=True)
-    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    repo, git = _one_commit_repo(tmp_path)
     packed = []
     run = subprocess.run
     monkeypatch.setattr(
