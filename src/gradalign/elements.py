@@ -77,6 +77,7 @@ sgr.fig4 | Figure 4: train loss, train accuracy, test loss curves | figure | red
 sgr.tab6 | Table 6: ResNet-32 with K = 16 / 3 / 2 modules vs global BP | table | reduced; paper preset
 sgr.tab7 | Table 7: VGG depth 12-57, global BP vs SGR | table | reduced
 sgr.mem | Memory saving vs global BP | measurement | exact (saved-activation bytes)
+sgr.poolhead | SGR with a pooled local head: the accuracy its smaller memory peak costs (our study, not in the paper) | study | reduced (Fashion-MNIST)
 sgr.tab8 | Table 8 / Eq. 35: cost of the SGR gradient for one ReLU block | derivation + numeric check | exact
 sgr.tab2 | Table 2: ImageNet ResNet-18, lambda sweep | table | paper preset only (not run here)
 sgr.tab5 | Table 5: ImageNet ResNet-50/101, ViT-S, Swin-T/S | table | paper preset only (not run here)

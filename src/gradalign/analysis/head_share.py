@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import torch
 
+from gradalign.models.local_heads import pooled_belilovsky_head  # re-exported: sgr.mem measures it
 
-def pooled_belilovsky_head(channels: int, classes: int, factor: int) -> torch.nn.Sequential:
-    """The lighter variant of SGR's CIFAR head (our choice): a `factor`×`factor` average pool (stride `factor`,
-    ceil mode, so a map smaller than the pool gives one pixel), then Belilovsky et al.'s head (conv3×3, BN, ReLU,
-    2×2 average pool, BN, linear), whose convolution then runs on a map `factor`² times smaller."""
-    from gradalign.models.local_heads import belilovsky_head
-
-    return torch.nn.Sequential(torch.nn.AvgPool2d(factor, ceil_mode=True), *belilovsky_head(channels, classes))
+__all__ = ["pooled_belilovsky_head", "step_memory_with_head_share"]
 
 
 def step_memory_with_head_share(

@@ -91,6 +91,12 @@ def _no_bn_runs(cfg: Config) -> list[Unit]:
     return units(cfg)
 
 
+def _pooled_head_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.sgr.pooled_head import units
+
+    return units(cfg)
+
+
 def _siamese_runs(cfg: Config) -> list[Unit]:
     from gradalign.experiments.isoloss.deep_siamese import siamese_units
 
@@ -113,6 +119,7 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "sgr.tab7": _local_runs("table7_jobs"),
     "sgr.tab4": _table4_runs,
     "sgr.tab7nobn": _no_bn_runs,
+    "sgr.poolhead": _pooled_head_runs,
     "isoloss.tab1": _siamese_runs,
     **dict.fromkeys(("sgr.fig2", "sgr.fig3", "sgr.fig4"), _figure_runs),
 }

@@ -9,6 +9,7 @@ from gradalign.experiments.sgr import (
     lambda_pilot,
     local_bp,
     memory,
+    pooled_head,
     theory,
     two_layer,
     vgg_without_bn,
@@ -21,5 +22,6 @@ EXPERIMENTS += (
     + bp_free.EXPERIMENTS
     + bp_free_figures.EXPERIMENTS
     + memory.EXPERIMENTS
+    + pooled_head.EXPERIMENTS
     + imagenet.EXPERIMENTS
 )

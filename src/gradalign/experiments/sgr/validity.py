@@ -157,6 +157,20 @@ def no_bn(record: dict) -> dict:
     return {"enough_seeds": _seeds(c, keys), "mechanism_active": active}
 
 
+def pooled_head(record: dict) -> dict:
+    """The pooled-head study (`sgr.poolhead`): SGR with each head; no mechanism precondition (its question is what a
+    lighter head costs, not whether SGR's term acts)."""
+    c = record["curves"]
+    keys = sorted(c)
+    return {"enough_seeds": _seeds(c, keys), "finished_learning": _finished(record, keys)}
+
+
+def pooled_head_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.pooled_head import pooled_head_checks
+
+    return pooled_head_checks(record["metrics"]["table"])
+
+
 def fig3(record: dict) -> dict:
     """Figure 3 reads the runs of Figures 2 and 4: their preconditions, once the record keeps their curves."""
     return bp_free(record) if record.get("curves") else {"evaluated": not_evaluated()}
@@ -289,6 +303,7 @@ VALIDITY = {
     "sgr.lam": (lam, None),
     "sgr.lam7": (lam, None),
     "sgr.tab7nobn": (no_bn, None),
+    "sgr.poolhead": (pooled_head, pooled_head_claims),
 }
 
 
