@@ -79,9 +79,9 @@ def _table(pooled: list[float], paper: list[float]) -> dict:
 
 
 def test_the_pooled_head_keeps_accuracy_on_a_tie_and_not_on_a_clear_loss():
-    tie = pooled_head_checks(_table([80.1, 80.6, 79.9], [80.3, 80.0, 80.5]))["pooled_head_keeps_accuracy"]
+    tie = pooled_head_checks(_table([80.1, 80.6, 79.9], [80.3, 80.0, 80.5]), 16)["pooled_head_keeps_accuracy"]
     assert tie["passed"] and tie["value"]["tie"]
-    loss = pooled_head_checks(_table([75.1, 75.4, 74.9], [80.3, 80.0, 80.5]))["pooled_head_keeps_accuracy"]
+    loss = pooled_head_checks(_table([75.1, 75.4, 74.9], [80.3, 80.0, 80.5]), 16)["pooled_head_keeps_accuracy"]
     assert not loss["passed"] and loss["value"]["decision"] == "loses"
-    few = pooled_head_checks(_table([80.1, 80.6], [80.3, 80.0]))["pooled_head_keeps_accuracy"]
+    few = pooled_head_checks(_table([80.1, 80.6], [80.3, 80.0]), 16)["pooled_head_keeps_accuracy"]
     assert not few["passed"] and few["within_noise"]

@@ -61,7 +61,10 @@ def arm_configs(cfg: PooledHeadConfig) -> dict[str, Table3Config]:
     return {"paper_head": cfg.paper_head(), "pooled_head": cfg}
 
 
-def pooled_head_checks(table: dict) -> dict:
+NETWORKS = {"resnet32": "ResNet-32", "plainnet32": "PlainNet-32"}
+
+
+def pooled_head_checks(table: dict, modules: int) -> dict:
     """`table[dataset][network][arm]` = summary: the pooled head at least as accurate as the paper's, everywhere."""
     checks = {}
     for d, by_net in table.items():
@@ -74,8 +77,8 @@ def pooled_head_checks(table: dict) -> dict:
                 higher_is_better=True,
                 quantity="final test accuracy",
                 names=("SGR with the pooled head", "SGR with the paper's head"),
-                claim=f"a 4×4 average pool before SGR's local heads (our variant) keeps SGR's accuracy at K = 16 on "
-                f"{net} (our question: what the 25 % smaller memory peak costs)",
+                claim=f"a 4×4 average pool before SGR's local heads (our variant) keeps SGR's accuracy at K = {modules} "
+                f"on {NETWORKS.get(net, net)} (our question: what its smaller memory peak costs)",
             )
     return checks
 
@@ -91,7 +94,7 @@ def pooled_head(cfg: PooledHeadConfig, device) -> dict:
             curves[f"{d}/{net}/{arm}"] = curves_of(group)
     seconds = sum(s["train_seconds"] for t in table.values() for row in t.values() for s in row.values())
     metrics = {"table": table, "head": cfg.head, "modules": cfg.modules, "train_seconds": seconds}
-    return outcome(pooled_head_checks(table), metrics, curves, scope=scope(cfg, ("cifar10",)))
+    return outcome(pooled_head_checks(table, cfg.modules), metrics, curves, scope=scope(cfg, ("cifar10",)))
 
 
 def units(cfg: PooledHeadConfig) -> list:

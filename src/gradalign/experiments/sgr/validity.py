@@ -168,7 +168,7 @@ def pooled_head(record: dict) -> dict:
 def pooled_head_claims(record: dict) -> dict:
     from gradalign.experiments.sgr.pooled_head import pooled_head_checks
 
-    return pooled_head_checks(record["metrics"]["table"])
+    return pooled_head_checks(record["metrics"]["table"], record["metrics"]["modules"])
 
 
 def fig3(record: dict) -> dict:
