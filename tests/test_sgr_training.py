@@ -294,6 +294,17 @@ def test_summary_and_scale_text():
     assert text.endswith("3 seeds; test accuracy on 2,000 test images")  # the finished count: `report.scale_of`
 
 
+def test_the_bp_free_scale_names_its_network_as_our_reading():
+    """Table 4's MLP is our reading of a PlainNet whose depth and width the paper does not state: its scale says so,
+    never "width ×1" alone."""
+    from gradalign.experiments import get
+
+    record = {"id": "sgr.tab4", "config": get("sgr.tab4").resolve("cpu", {}).to_dict()}
+    text = exp.local_scale(record)
+    assert "4-block MLP, 1,024 units (our reading) (paper: BP-free PlainNet, depth and width not stated)" in text
+    assert "width ×" not in text
+
+
 def test_fast_path_is_a_keyed_setting_that_changes_the_step_but_not_its_result():
     """bf16 autocast + channels-last (`training.fast`) on an SGR step: another run key, another computation, and
     diagnostics in float32 that agree with fp32's to bf16 precision; off, the key is the stored runs' key."""

@@ -214,6 +214,15 @@ def scope(cfg: LocalBPConfig, paper_datasets: tuple[str, ...]) -> str:
 # --- scale -------------------------------------------------------------------------------------------------
 
 
+def network_item(cfg: dict) -> tuple[str, str]:
+    """The network against the paper's: the BP-free runs' MLP (a config with a `depth`) by its blocks and units, our
+    reading of a network whose depth and width the paper does not state; the others by their width multiplier."""
+    if "depth" in cfg:
+        units = round(1024 * cfg["width"])
+        return f"{cfg['depth']}-block MLP, {units:,} units (our reading)", "BP-free PlainNet, depth and width not stated"
+    return f"width ×{cfg['width']:g}", "width ×1"
+
+
 def local_scale(record: dict) -> str:
     """Data, width, train images, epochs and seeds against the paper's (how many runs finished learning is the
     precondition's count, which `report.scale_of` adds)."""
@@ -224,7 +233,7 @@ def local_scale(record: dict) -> str:
     n_train = cfg["n_train"] or min(TRAIN_SIZES[d] for d in cfg["datasets"])
     text = scale_text(
         (data, PAPER_DATA[record["id"]]),
-        (f"width ×{cfg['width']:g}", "width ×1"),
+        network_item(cfg),
         (f"{n_train:,} training images", "50,000 training images"),
         (plural(cfg["protocol"]["epochs"], "epoch"), "200 epochs"),
         (plural(cfg["seeds"], "seed"), "3 seeds" if record["id"] != "sgr.tab7" else "1 run"),
