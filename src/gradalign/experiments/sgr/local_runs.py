@@ -219,7 +219,8 @@ def network_item(cfg: dict) -> tuple[str, str]:
     reading of a network whose depth and width the paper does not state; the others by their width multiplier."""
     if "depth" in cfg:
         units = round(1024 * cfg["width"])
-        return f"{cfg['depth']}-block MLP, {units:,} units (our reading)", "BP-free PlainNet, depth and width not stated"
+        ours = f"{cfg['depth']}-block MLP, {units:,} units (our reading)"
+        return ours, "BP-free PlainNet, depth and width not stated"
     return f"width ×{cfg['width']:g}", "width ×1"
 
 

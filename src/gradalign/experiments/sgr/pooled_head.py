@@ -77,8 +77,8 @@ def pooled_head_checks(table: dict, modules: int) -> dict:
                 higher_is_better=True,
                 quantity="final test accuracy",
                 names=("SGR with the pooled head", "SGR with the paper's head"),
-                claim=f"a 4×4 average pool before SGR's local heads (our variant) keeps SGR's accuracy at K = {modules} "
-                f"on {NETWORKS.get(net, net)} (our question: what its smaller memory peak costs)",
+                claim=f"a 4×4 average pool before SGR's local heads (our variant) keeps SGR's accuracy at "
+                f"K = {modules} on {NETWORKS.get(net, net)} (our question: what its smaller memory peak costs)",
             )
     return checks
 
