@@ -564,6 +564,7 @@ ENUMERATED_ELSEWHERE = {  # parts whose failing cases live beside their own test
         "tests/test_imagenet.py",
         "tests/test_vgg_without_bn.py",
         "tests/test_pooled_head.py",
+        "tests/test_lambda_study.py",
     ),
     "metagrad": ("tests/test_metagrad.py", "tests/test_semimeta_training.py"),
 }

@@ -68,6 +68,7 @@ sgr.tab1 | Table 1: attributes of BP-free methods | table | static
 sgr.eq7 | Fixed ETF classifier heads | method | exact
 sgr.lam | λ calibration pilot for Eq. 5-6 (our study, not in the paper) | study | reduced (Fashion-MNIST, one seed)
 sgr.lam7 | λ calibration pilot for Table 7's VGGs (our study, not in the paper) | study | reduced (Fashion-MNIST, one seed)
+sgr.lamfull | λ at the full budget: SGR at four readings of λ against layer-wise, the reading chosen on validation (our study, not in the paper) | study | reduced (Fashion-MNIST)
 sgr.tab7nobn | Table 7 without BatchNorm: global BP's rate sweep and SGR at the deepest VGG (our study, not in the paper) | study | reduced (Fashion-MNIST, one seed)
 sgr.tab3 | Table 3: local-BP, ResNet-32 and PlainNet | table | reduced (Fashion-MNIST); paper preset on CIFAR-10
 sgr.tab4 | Table 4: BP-free PlainNet, FA / DRTP / PEPITA / layer-wise / reforward / SGR | table | reduced; paper preset

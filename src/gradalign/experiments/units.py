@@ -97,6 +97,12 @@ def _pooled_head_runs(cfg: Config) -> list[Unit]:
     return units(cfg)
 
 
+def _lambda_study_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.sgr.lambda_study import units
+
+    return units(cfg)
+
+
 def _siamese_runs(cfg: Config) -> list[Unit]:
     from gradalign.experiments.isoloss.deep_siamese import siamese_units
 
@@ -120,6 +126,7 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "sgr.tab4": _table4_runs,
     "sgr.tab7nobn": _no_bn_runs,
     "sgr.poolhead": _pooled_head_runs,
+    "sgr.lamfull": _lambda_study_runs,
     "isoloss.tab1": _siamese_runs,
     **dict.fromkeys(("sgr.fig2", "sgr.fig3", "sgr.fig4"), _figure_runs),
 }

@@ -7,6 +7,7 @@ from gradalign.experiments.sgr import (
     gradient_cost,
     imagenet,
     lambda_pilot,
+    lambda_study,
     local_bp,
     memory,
     pooled_head,
@@ -16,7 +17,7 @@ from gradalign.experiments.sgr import (
 )
 
 EXPERIMENTS = theory.EXPERIMENTS + two_layer.EXPERIMENTS + gradient_cost.EXPERIMENTS + lambda_pilot.EXPERIMENTS
-EXPERIMENTS += local_bp.EXPERIMENTS + vgg_without_bn.EXPERIMENTS
+EXPERIMENTS += lambda_study.EXPERIMENTS + local_bp.EXPERIMENTS + vgg_without_bn.EXPERIMENTS
 EXPERIMENTS += (
     attributes.EXPERIMENTS
     + bp_free.EXPERIMENTS

@@ -171,6 +171,27 @@ def pooled_head_claims(record: dict) -> dict:
     return pooled_head_checks(record["metrics"]["table"], record["metrics"]["modules"])
 
 
+def lambda_study(record: dict) -> dict:
+    """λ at the full budget (`sgr.lamfull`): every reading's SGR runs and layer-wise's; the mechanism at the reading
+    chosen on validation (`lambda_study.lambda_mechanism`, from the rows the record keeps)."""
+    from gradalign.experiments.sgr.lambda_study import lambda_mechanism
+
+    c, m = record["curves"], record["metrics"]
+    keys = sorted(c)
+    return {
+        "enough_seeds": _seeds(c, keys),
+        "finished_learning": _finished(record, keys),
+        "mechanism_active": lambda_mechanism(m["rows"], m["chosen"]),
+    }
+
+
+def lambda_study_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.lambda_study import lambda_checks
+
+    m = record["metrics"]
+    return lambda_checks(m["rows"], m["chosen"], m["modules"])
+
+
 def fig3(record: dict) -> dict:
     """Figure 3 reads the runs of Figures 2 and 4: their preconditions, once the record keeps their curves."""
     return bp_free(record) if record.get("curves") else {"evaluated": not_evaluated()}
@@ -304,6 +325,7 @@ VALIDITY = {
     "sgr.lam7": (lam, None),
     "sgr.tab7nobn": (no_bn, None),
     "sgr.poolhead": (pooled_head, pooled_head_claims),
+    "sgr.lamfull": (lambda_study, lambda_study_claims),
 }
 
 

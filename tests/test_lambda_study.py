@@ -1,0 +1,87 @@
+"""λ at the full budget (`sgr.lamfull`): the choice on validation, the term ratio in each reduction, the claim and the
+mechanism precondition, each fed a case where it must fail, and the runs it shares with Table 3."""
+
+from __future__ import annotations
+
+import pytest
+
+from gradalign.errors import ConfigError
+from gradalign.experiments import get
+from gradalign.experiments.sgr.lambda_study import (
+    choose_reading,
+    input_features,
+    lambda_checks,
+    lambda_mechanism,
+    term_ratio,
+)
+
+
+def test_the_choice_takes_the_best_validation_accuracy_and_the_smaller_lambda_on_a_tie():
+    assert choose_reading({"mean λ=1": 80.0, "mean λ=100": 81.5, "sum λ=1": 79.0}) == "mean λ=100"
+    assert choose_reading({"mean λ=1000": 81.5, "mean λ=100": 81.5}) == "mean λ=100"
+    assert choose_reading({"sum λ=1": 81.5, "mean λ=1": 81.5}) == "mean λ=1"
+
+
+def _run(term: float, by_module: list[float]) -> dict:
+    return {"diverged": None, "history": {"sgr": [9.0, term], "sgr_by_module": [[0.0] * 3, by_module]}}
+
+
+def test_the_term_ratio_converts_layerwise_to_the_sum_module_by_module():
+    """Layer-wise's mean-reduced term of modules 2 and 3 (0.2, 0.4) at D = (10, 100): 0.3 in the mean, (2 + 40) / 2
+    = 21 in the sum."""
+    ref = [_run(0.0, [None, 0.2, 0.4])]
+    assert term_ratio([_run(0.15, [])], ref, [10, 100], "mean") == pytest.approx(0.5)
+    assert term_ratio([_run(10.5, [])], ref, [10, 100], "sum") == pytest.approx(0.5)
+    assert term_ratio([], ref, [10, 100], "mean") is None
+
+
+def test_input_features_are_each_modules_input_size():
+    cfg = get("sgr.lamfull").resolve("smoke", {})
+    features = input_features(cfg, "resnet32")
+    assert len(features) == cfg.modules - 1 and all(isinstance(d, int) and d > 0 for d in features)
+
+
+def _arm(values: list[float]) -> dict:
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return {"mean": mean, "std": std, "n": len(values), "values": values}
+
+
+def _rows(sgr: list[float], layerwise: list[float], ratio: float | None) -> dict:
+    row = {"sgr": _arm(sgr), "layerwise": _arm(layerwise), "term_ratio": ratio}
+    return {"resnet32": {"mean λ=100": row}}
+
+
+def test_the_claim_passes_on_a_clear_win_and_fails_on_a_clear_loss():
+    chosen = {"resnet32": "mean λ=100"}
+    win = lambda_checks(_rows([85.1, 85.3, 85.0], [80.1, 80.4, 80.2], 0.2), chosen, 16)
+    assert win["sgr_beats_layerwise_resnet32"]["passed"]
+    loss = lambda_checks(_rows([75.1, 75.3, 75.0], [80.1, 80.4, 80.2], 0.2), chosen, 16)
+    assert not loss["sgr_beats_layerwise_resnet32"]["passed"]
+    assert loss["sgr_beats_layerwise_resnet32"]["value"]["decision"] == "loses"
+
+
+def test_the_mechanism_fails_where_the_term_did_not_fall_or_was_not_measured():
+    chosen = {"resnet32": "mean λ=100"}
+    assert lambda_mechanism(_rows([1, 2, 3], [1, 2, 3], 0.3), chosen)["passed"]
+    assert not lambda_mechanism(_rows([1, 2, 3], [1, 2, 3], 0.9), chosen)["passed"]
+    assert not lambda_mechanism(_rows([1, 2, 3], [1, 2, 3], None), chosen)["passed"]
+
+
+def test_the_study_reads_table_3s_layerwise_and_its_calibrated_sgr_runs():
+    from gradalign.experiments.units import units_of
+
+    study = get("sgr.lamfull").resolve("cpu", {})
+    keys = {u.key for u in units_of("sgr.lamfull", study)}
+    table3 = {u.key for u in units_of("sgr.tab3", get("sgr.tab3").resolve("cpu", {})) if "Reforward" not in u.label}
+    assert table3 <= keys
+    assert len(keys) == 2 * 4 + 2 * 3 + 2 * 4 * 3  # the choice's, layer-wise's, SGR's at 4 readings (10³: Table 3's)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [({"mean_lams": [0.0]}, "mean_lams"), ({"validation": 0}, "validation"), ({"lam": 1.0}, "not used")],
+)
+def test_bad_study_settings_are_refused_before_any_compute(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        get("sgr.lamfull").resolve("smoke", overrides)
