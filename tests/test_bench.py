@@ -88,3 +88,27 @@ def test_the_performance_page_shows_stored_ratios_with_their_goals(tmp_path, cap
     assert "No benchmark has run on a GPU yet" in page
     wrn = "| `wrn_throughput` | images per second, the fastest fast-path variant / the eager loop | >= 3 on GPU |"
     assert f"{wrn} not measured | not measured |" in page
+
+
+def test_a_windows_quick_gpu_record_shows_in_the_gpu_column_labelled_and_an_edited_one_is_left_out(tmp_path):
+    """`gradalign import` keeps a window's CUDA records as `<name>/gpu-<device>-quick.json`: without a full-size
+    `cuda.json` the page shows the window's, at quick sizes; a file edited after it was measured is never shown."""
+    from gradalign.book.pages import performance_markdown
+    from gradalign.store.atomic import content_digest
+
+    record = run_benchmark("metagrad_step", "cpu", quick=True, root=tmp_path)
+    record = {**record, "device_kind": "cuda", "goals": goal_rows(BENCHMARKS["metagrad_step"], {}, "cuda")}
+    record["measurement"] = {**record["measurement"], "jvp_over_fd": 0.987}
+    record["goals"] = goal_rows(BENCHMARKS["metagrad_step"], record["measurement"], "cuda")
+    record["provenance"] = {**record["provenance"], "hardware": "NVIDIA H100 80GB HBM3", "quick": True}
+    record["digest"] = content_digest(record)
+    path = tmp_path / "bench" / "metagrad_step" / "gpu-nvidia-h100-80gb-hbm3-quick.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    assert BenchStore(tmp_path).window_records("metagrad_step") == [record]
+    page = performance_markdown(tmp_path)
+    assert "| not measured | 0.987 (met at quick sizes) |" in page
+    assert "quick sizes (a GPU window's benchmark slot)" in page and "No benchmark has run on a GPU yet" not in page
+    path.write_text(json.dumps({**record, "measurement": {"jvp_over_fd": 0.5}}))
+    with pytest.warns(UserWarning, match="digest"):
+        assert BenchStore(tmp_path).window_records("metagrad_step") == []

@@ -203,6 +203,10 @@ def performance_markdown(results_root: Path | None = None) -> str:
 
     store = BenchStore(results_root)
     records = {(name, kind): store.load(name, kind) for name in BENCHMARKS for kind in ("cpu", "cuda")}
+    for name in BENCHMARKS:  # no full-size GPU record: a window's, quick sizes and labelled so
+        window = store.window_records(name)
+        if records[(name, "cuda")] is None and window:
+            records[(name, "cuda")] = window[0]
 
     def measured(name: str, kind: str, ratio: str) -> str:
         record = records[(name, kind)]
@@ -212,7 +216,9 @@ def performance_markdown(results_root: Path | None = None) -> str:
         if not isinstance(value, (int, float)):
             return "—"
         goal = next((g for g in record["goals"] if g["ratio"] == ratio), None)
-        return f"{value:.3g}" + ("" if goal is None else f" ({'met' if goal['met'] else '**not met**'})")
+        quick = " at quick sizes" if record["provenance"].get("quick") else ""
+        met = "" if goal is None else f"{'met' if goal['met'] else '**not met**'}{quick}"
+        return f"{value:.3g}" + (f" ({met})" if met else f" ({quick.strip()})" if quick else "")
 
     lines = [
         "# Performance",
@@ -238,6 +244,13 @@ def performance_markdown(results_root: Path | None = None) -> str:
         lines.append(f"| `{name}` | {cell(item['ratio'])} | {item['goal']} | not built | not built |")
     if not any(records[(name, "cuda")] for name in BENCHMARKS):
         lines += ["", "No benchmark has run on a GPU yet: `gradalign bench <name> --device cuda` stores its record."]
+    elif any(r is not None and r["provenance"].get("quick") for (_, kind), r in records.items() if kind == "cuda"):
+        lines += [
+            "",
+            "A GPU value *at quick sizes* comes from a GPU window's clean benchmark slot (`gradalign gpu-window`: the "
+            "benchmarks at their quick sizes, alone on the GPU before any training): it tests the code path and times "
+            "launch-bound steps, and is replaced by a full-size run of `gradalign bench <name> --device cuda`.",
+        ]
     for name, bench in BENCHMARKS.items():
         page = f" Its page: {page_link(bench.used_by, '../')}." if bench.used_by else ""
         lines += ["", f"## `{name}`", "", f"{bench.title[0].upper()}{bench.title[1:]}. {bench.notes}.{page}", ""]
@@ -250,10 +263,11 @@ def performance_markdown(results_root: Path | None = None) -> str:
             record = records[(name, kind)]
             if record is not None:
                 prov = record["provenance"]
+                quick = ", quick sizes (a GPU window's benchmark slot)" if prov.get("quick") else ""
                 lines += [
                     "",
                     f"{'CPU' if kind == 'cpu' else 'GPU'}: {hardware_text(prov['hardware'])}, torch {prov['torch']}, "
-                    f"{prov['date'][:10]}, commit `{commit_of(record)}`, {prov['wall_time_s']:.0f} s.",
+                    f"{prov['date'][:10]}, commit `{commit_of(record)}`, {prov['wall_time_s']:.0f} s{quick}.",
                 ]
     for name, item in NOT_BUILT.items():
         lines += ["", f"## `{name}`", "", f"{item['ratio']}; goal {item['goal']}: {item['why']}."]

@@ -36,8 +36,15 @@ class BenchStore:
     def load(self, name: str, device_kind: str) -> dict | None:
         """The stored record, or None when there is none; an unusable file is reported and treated as missing."""
         path = self.path(name, device_kind)
-        if not path.exists():
-            return None
+        return self._read(path, name, device_kind) if path.exists() else None
+
+    def window_records(self, name: str) -> list[dict]:
+        """The CUDA records GPU windows brought back for `name` (`<name>/gpu-<device>[-quick].json`, placed by
+        `gradalign import`), newest first; unusable files are reported and left out."""
+        found = [self._read(p, name, "cuda") for p in sorted((self.root / name).glob("gpu-*.json"))]
+        return sorted((r for r in found if r is not None), key=lambda r: r["provenance"].get("date", ""), reverse=True)
+
+    def _read(self, path: Path, name: str, device_kind: str) -> dict | None:
         try:
             document = read_json_strict(path)
             if not isinstance(document, dict) or document.get("schema") != SCHEMA or "digest" not in document:
