@@ -165,6 +165,7 @@ def lambda_study(cfg: LambdaStudyConfig, device) -> dict:
     chosen = {net: choose_reading(accs) for net, accs in val_acc.items()}
     d = cfg.datasets[0]
     layerwise = run_group(cfg.table3(), [(n, "layerwise", cfg.modules, d) for n in cfg.networks], device)
+    features = {net: input_features(cfg, net) for net in cfg.networks}
     rows, curves, seconds = {}, {}, 0.0
     for reduction, lam in cfg.readings():
         name = reading_name(reduction, lam)
@@ -173,13 +174,14 @@ def lambda_study(cfg: LambdaStudyConfig, device) -> dict:
             sgr, ref = runs[(net, "sgr", cfg.modules, d)], layerwise[(net, "layerwise", cfg.modules, d)]
             row = {"sgr": summary(sgr), "layerwise": summary(ref)}
             row["difference"] = decide(row["sgr"], row["layerwise"], higher_is_better=True)
-            row["term_ratio"] = term_ratio(sgr, ref, input_features(cfg, net), reduction)
+            row["term_ratio"] = term_ratio(sgr, ref, features[net], reduction)
             rows.setdefault(net, {})[name] = row
             curves[f"{d}/{net}/sgr/{name}"] = curves_of(sgr)
             seconds += row["sgr"]["train_seconds"]
     for net in cfg.networks:
-        curves[f"{d}/{net}/layerwise"] = curves_of(layerwise[(net, "layerwise", cfg.modules, d)])
-        seconds += rows[net][reading_name(*cfg.readings()[0])]["layerwise"]["train_seconds"]
+        ref = layerwise[(net, "layerwise", cfg.modules, d)]
+        curves[f"{d}/{net}/layerwise"] = curves_of(ref)
+        seconds += sum(r["train_seconds"] for r in ref)
     metrics = {
         "rows": rows,
         "validation_acc": val_acc,
