@@ -30,6 +30,13 @@ and e′ᵀ h′_L/N, so SGD's W ← W − η·grad is PEPITA's step (torch's mo
 equals its code's v ← μv + ηΔW/N, W ← W + v at a constant η). PEPITA has no biases; with `bias` they get
 Σ_n δ_l (our choice).
 
+Conv blocks (`models.bp_free_net.ConvBPFreeNet`, our conv reading): a_l = conv_l(h_{l−1}) is a linear map of
+h_{l−1}, so the same table holds with "δ W" read as that map's vector-Jacobian product (`transpose`: the transposed
+convolution, `torch.nn.grad.conv2d_input`) at the forward weight W_{l+1} (global BP) or at FA's fixed B_{l+1} of W's
+shape (C_out × C_in × 3 × 3; no weight transport); DFA / DRTP project onto the flattened a_l (B_l ∈ R^{K×n_l},
+n_l = C_l·H_l·W_l) and reshape; PEPITA's x′ = x + e Fᵀ is reshaped to the image (F ∈ R^{d_in×K}, d_in = C·H·W) and
+δ_l = (h_l − h′_l)/N is taken at the block's output map. A conv weight's fan-in is C_in·3·3 (torch's).
+
 We compute every rule explicitly, with no tensor hooks: a hooked tensor that does not require grad falls back
 silently to BP, and torch.autograd.grad does not call hooks on an input tensor (book/appendix/protocols.md).
 
@@ -39,6 +46,7 @@ Table 1's attributes are declared in `ATTRIBUTES`; `measured_attributes` derives
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -66,7 +74,8 @@ class Feedback(nn.Module):
 
 
 def _kaiming(shape: tuple[int, ...]) -> tuple[tuple[int, ...], float]:
-    return shape, (6.0 / shape[1]) ** 0.5  # U(±sqrt(6/fan_in)), torch's fan_in = size(1)
+    fan_in = math.prod(shape[1:])  # torch's fan_in: size(1), times the kernel's size for a conv weight
+    return shape, (6.0 / fan_in) ** 0.5  # U(±sqrt(6/fan_in))
 
 
 FEEDBACK_SHAPES: dict[str, Callable[[BPFreeNet], dict]] = {
@@ -123,11 +132,25 @@ def _expect(feedback: Feedback, method: str) -> None:
         raise ValueError(f"this feedback was made for {feedback.method!r}, not {method!r}")
 
 
+def transpose(layer: nn.Module, weight: torch.Tensor, delta: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """δ M: the vector-Jacobian product of the layer's linear map, with `weight` (W or FA's B, W's shape) in place
+    of its own, with respect to its input; shaped like `like` (the pre-activation a below it). A Linear: δ @ M; a
+    Conv2d: the transposed convolution at M (`torch.nn.grad.conv2d_input`)."""
+    if isinstance(layer, nn.Conv2d):
+        shape = (like.shape[0], weight.shape[1] * layer.groups, *like.shape[2:])
+        out = torch.nn.grad.conv2d_input(
+            shape, weight, delta, layer.stride, layer.padding, layer.dilation, layer.groups
+        )
+        return out.view_as(like)
+    return (delta @ weight).view_as(like)
+
+
 def _chain(net: BPFreeNet, trace: Trace, y: torch.Tensor, backward: Callable[[int], torch.Tensor]) -> dict:
-    """δ_{L+1} = e/N, δ_l = (δ_{l+1} M_{l+1}) ⊙ σ′(a_l), M = backward(l + 1): W for BP, B for FA."""
+    """δ_{L+1} = e/N, δ_l = (δ_{l+1} M_{l+1}) ⊙ σ′(a_l), M = backward(l + 1): W for BP, B for FA (`transpose`)."""
     deltas = [output_error(trace.logits, y) / len(y)]
     for k in range(len(net.blocks), 0, -1):
-        deltas.insert(0, (deltas[0] @ backward(k + 1)) * net.sigma_prime(trace.pre[k - 1]))
+        a = trace.pre[k - 1]
+        deltas.insert(0, transpose(net.layers[k], backward(k + 1), deltas[0], a) * net.sigma_prime(a))
     return _gradients(net, trace.inputs, deltas)
 
 
@@ -165,9 +188,11 @@ def pepita_rule(net: BPFreeNet, feedback: Feedback, trace: Trace, y: torch.Tenso
     """PEPITA: a second forward pass on x′ = x + e Fᵀ; .grad = (h_l − h′_l)ᵀ h′_{l−1}/N and e′ᵀ h′_L/N (module
     docstring for the sign). Dellaferrera & Kreiman (2022)."""
     _expect(feedback, "pepita")
-    modulated = net.forward_trace(trace.inputs[0] + output_error(trace.logits, y) @ feedback["F"].T)
+    x = trace.inputs[0]
+    modulated = net.forward_trace(x + (output_error(trace.logits, y) @ feedback["F"].T).view_as(x))
     n = len(y)
-    deltas = [(h - h_mod) / n for h, h_mod in zip(trace.inputs[1:], modulated.inputs[1:])]
+    # at each block's output, shaped as its pre-activation (a conv net's last h is kept flattened in the trace)
+    deltas = [((h - h_mod) / n).view_as(a) for h, h_mod, a in zip(trace.inputs[1:], modulated.inputs[1:], trace.pre)]
     return _gradients(net, modulated.inputs, [*deltas, output_error(modulated.logits, y) / n])
 
 

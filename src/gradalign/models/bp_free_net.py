@@ -20,7 +20,8 @@ CIFAR-10 setting is 3072 → 1024 → 10 without biases: 3,155,968 weights.
 
 A block is any module mapping h_{l−1} to a_l: the training rules (`gradalign.methods.bp_free`) get each block's
 weight gradient from a vector-Jacobian product inside that one block, so a convolution (with a_l flattened for
-the direct feedback of DFA / DRTP) fits the same interface. Only fully connected blocks are built here. No
+the direct feedback of DFA / DRTP) fits the same interface: `ConvBPFreeNet` has the conv blocks of
+`models.plain_conv` (our conv reading, `sgr.tab4conv`). No
 batch norm, no dropout (our choice: PEPITA's tutorial uses dropout 0.9, which needs the same mask in both
 forward passes).
 """
@@ -103,6 +104,59 @@ class BPFreeNet(nn.Module):
             h = self.sigma(a)
         inputs.append(h)
         return Trace(inputs, pre, self.out(h))
+
+
+class ConvBPFreeNet(nn.Module):
+    """The conv reading (`models.plain_conv`): L blocks a_l = conv_l(h_{l−1}), h_l = σ(a_l) (3 × 3, the strides and
+    channels of `plain_conv.geometry`), then o = W_{L+1} flatten(h_L) (+ b). Its trace keeps h_0 = x (the image),
+    h_l and a_l as maps, and h_L flattened (`inputs[L]`, the output layer's input); `hidden` holds each a_l's size
+    flattened (n_l, the width of DFA / DRTP's K × n_l feedback). PyTorch's default initialisation (our choice)."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        image_size: int,
+        depth: int,
+        classes: int,
+        width: float = 1.0,
+        bias: bool = True,
+        activation: str = "relu",
+    ):
+        from gradalign.models.plain_conv import conv, geometry
+
+        super().__init__()
+        if classes < 2:
+            raise ValueError(f"need classes >= 2, got {classes}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; one of {', '.join(ACTIVATIONS)}")
+        blocks = geometry(depth, in_channels, image_size, width)
+        self.blocks = nn.ModuleList(conv(b, bias) for b in blocks)
+        self.out = nn.Linear(blocks[-1].features, classes, bias=bias)
+        self.in_features, self.hidden = in_channels * image_size**2, tuple(b.features for b in blocks)
+        self.classes, self.activation = classes, activation
+        self.sigma, self.sigma_prime = ACTIVATIONS[activation]
+
+    @property
+    def layers(self) -> list[nn.Module]:
+        """Layers 1 … L + 1: the conv blocks, then the output layer."""
+        return [*self.blocks, self.out]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x
+        for block in self.blocks:
+            h = self.sigma(block(h))
+        return self.out(h.flatten(1))
+
+    @torch.no_grad()
+    def forward_trace(self, x: torch.Tensor) -> Trace:
+        h, inputs, pre = x, [], []
+        for block in self.blocks:
+            inputs.append(h)
+            a = block(h)
+            pre.append(a)
+            h = self.sigma(a)
+        inputs.append(h.flatten(1))
+        return Trace(inputs, pre, self.out(inputs[-1]))
 
 
 @torch.no_grad()

@@ -1,7 +1,8 @@
 """Training runs of the BP-free baselines of Table 4 (FA, DFA, DRTP, PEPITA; `methods.bp_free`) on the one loop.
 
 The network (`models.bp_free_net`) has the hidden blocks of the BP-free PlainMLP that SGR trains (the same depth
-and width) and a trained linear output layer, which these rules need. Everything else is the local runs'
+and width; `network` "conv": the conv blocks of `models.plain_conv`, Table 4's conv reading) and a trained linear
+output layer, which these rules need. Everything else is the local runs'
 (`training.local`): the data on the device, the per-epoch order, crop + flip, the per-epoch evaluation and
 history, checkpoints and the run cache, here under kind `sgr.bpfree`. One SGD optimizer (momentum 0.9, weight
 decay and cosine as the protocol says) at the protocol's learning rate; the experiment sets it (PEPITA's own
@@ -31,6 +32,7 @@ class BPFreeRunSpec(Settings):
     method: str = "fa"
     protocol: SGRProtocol = SGRProtocol()
     dataset: str = "fashion_mnist"
+    network: str = "mlp"  # the blocks: "mlp" (Linear, models.plain_mlp) or "conv" (Conv2d 3 x 3, models.plain_conv)
     depth: int = 4  # hidden blocks (SGR's PlainMLP depth)
     width: float = 1.0  # hidden units: models.plain_mlp.hidden_width(width)
     activation: str = "relu"  # or "tanh" (DRTP's own networks)
@@ -45,7 +47,12 @@ class BPFreeRunSpec(Settings):
 
         require(self, "method", self.method in BASELINE_TITLES, f"must be one of {tuple(BASELINE_TITLES)}")
         require(self, "dataset", self.dataset in IMAGE_SETS, f"must be one of {tuple(IMAGE_SETS)}")
+        from gradalign.models.plain_conv import MAX_DEPTH
+
+        require(self, "network", self.network in ("mlp", "conv"), "must be 'mlp' or 'conv'")
         require(self, "depth", self.depth >= 1, "must be >= 1")
+        if self.network == "conv":
+            require(self, "depth", self.depth <= MAX_DEPTH, f"must be <= {MAX_DEPTH} for the conv PlainNet")
         require(self, "width", self.width > 0, "must be > 0")
         require(self, "activation", self.activation in ("relu", "tanh"), "must be 'relu' or 'tanh'")
         require(self, "n_train", self.n_train == 0 or self.n_train >= self.protocol.batch_size, "must be 0 or >= batch")
@@ -54,11 +61,12 @@ class BPFreeRunSpec(Settings):
 
     @property
     def title(self) -> str:
-        return f"{BASELINE_TITLES[self.method]} mlp{self.depth} seed {self.seed}"
+        return f"{BASELINE_TITLES[self.method]} {self.network}{self.depth} seed {self.seed}"
 
     def to_dict(self) -> dict:
-        """The run-cache key's fields; `data_seed`, `validation` only when not 0 (older runs keep their keys)."""
-        return without_defaults(self, super().to_dict(), ("data_seed", "validation"))
+        """The run-cache key's fields; `data_seed`, `validation`, `network` only when not their defaults (older runs
+        keep their keys)."""
+        return without_defaults(self, super().to_dict(), ("data_seed", "validation", "network"))
 
 
 class BPFreeRun(LocalRun):
@@ -68,15 +76,21 @@ class BPFreeRun(LocalRun):
     def __init__(self, spec: BPFreeRunSpec, data, device):
         from gradalign.data.image_sets import image_set_info
         from gradalign.methods.bp_free import BP_FREE_METHODS, make_feedback
-        from gradalign.models.bp_free_net import BPFreeNet
+        from gradalign.models.bp_free_net import BPFreeNet, ConvBPFreeNet
         from gradalign.models.plain_mlp import hidden_width
 
         info = image_set_info(spec.dataset)
         self.spec, self.data, self.device, p = spec, data, torch.device(device), spec.protocol
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
-            hidden = [hidden_width(spec.width)] * spec.depth
-            net = BPFreeNet(info.channels * info.image_size**2, hidden, info.num_classes, activation=spec.activation)
+            if spec.network == "conv":
+                size, classes = info.image_size, info.num_classes
+                net = ConvBPFreeNet(info.channels, size, spec.depth, classes, spec.width, activation=spec.activation)
+            else:
+                hidden = [hidden_width(spec.width)] * spec.depth
+                net = BPFreeNet(
+                    info.channels * info.image_size**2, hidden, info.num_classes, activation=spec.activation
+                )
             generator = torch.Generator().manual_seed(spec.seed)
             self.feedback = make_feedback(spec.method, net, info.num_classes, generator).to(self.device)
         self.model = net.to(self.device)

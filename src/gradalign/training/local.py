@@ -51,6 +51,7 @@ from gradalign.training.local_divergence import divergence_is_a_result
 from gradalign.runtime import flushed_denormals
 from gradalign.analysis.input_effect import input_effect, module_inputs
 from gradalign.methods.local import LOCAL_METHODS, TITLES, LocalSettings
+from gradalign.models.plain_conv import bp_free_plainnet, conv_depth
 from gradalign.store.run_unit import Unit, without_defaults
 from gradalign.training import loop
 from gradalign.training.checkpoint import fingerprint
@@ -80,13 +81,13 @@ def mlp_depth(network: str) -> int | None:
 
 
 def network_splits(network: str) -> tuple[int, ...]:
-    """The K a network can be split into: ResNet-32 / PlainNet-32 1, 2, 3, 16; VGG-d 1, 5, d − 2; MLP-L 1, L."""
+    """The K a network can be split into: ResNet-32 / PlainNet-32 1, 2, 3, 16; VGG-d 1, 5, d − 2; MLP-L, conv-L 1, L."""
     from gradalign.models.vgg_deep import VGG_STAGES
 
     if network in RESNETS:
         return (1, 2, 3, 16)
-    if mlp_depth(network):
-        return tuple(sorted({1, mlp_depth(network)}))
+    if mlp_depth(network) or conv_depth(network):
+        return tuple(sorted({1, mlp_depth(network) or conv_depth(network)}))
     depth = network_depth(network)
     return tuple(sorted({1, VGG_STAGES, depth - 2})) if depth else ()
 
@@ -96,7 +97,7 @@ def known_network(network: str) -> bool:
 
     depth = network_depth(network)
     vgg = depth is not None and depth >= 7 and (depth - 2) % VGG_STAGES == 0
-    return network in RESNETS or vgg or mlp_depth(network) is not None
+    return network in RESNETS or vgg or mlp_depth(network) is not None or conv_depth(network) is not None
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ class SGRProtocol(Settings):
 class LocalRunSpec(Settings):
     """Everything one training run depends on (its run-cache key)."""
 
-    network: str = "resnet32"  # resnet32, plainnet32, vgg<d> (d = 5m + 2: Table 7's 12 ... 57), mlp<L> (Table 4)
+    network: str = "resnet32"  # resnet32, plainnet32, vgg<d> (Table 7: d = 5m + 2), mlp<L>, conv<L> (Table 4)
     method: LocalSettings = LocalSettings()
     protocol: SGRProtocol = SGRProtocol()
     dataset: str = "fashion_mnist"
@@ -151,7 +152,7 @@ class LocalRunSpec(Settings):
         require(self, "vgg_init", self.vgg_init in INITS, f"must be one of {', '.join(INITS)}")
         require(self, "fast.compile", not self.fast.compile, "is not supported by the local steps (autograd.grad)")
         ok = known_network(self.network)
-        require(self, "network", ok, "must be resnet32, plainnet32, vgg<d> (d = 5m + 2) or mlp<L> (L >= 1)")
+        require(self, "network", ok, "must be resnet32, plainnet32, vgg<d> (d = 5m + 2), mlp<L> or conv<L> (L <= 4)")
         splits = network_splits(self.network)
         require(self, "method.modules", self.method.modules in splits, f"must be one of {splits} for {self.network}")
         require(self, "dataset", self.dataset in IMAGE_SETS, f"must be one of {tuple(IMAGE_SETS)}")
@@ -175,7 +176,7 @@ class LocalRunSpec(Settings):
 
 def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleList, list[nn.Module]]:
     """(model, its K modules, the K − 1 local heads) of a run; the last module's head is `model.head`. The BP-free
-    `mlp<L>` (Table 4) wants the `etf` head (its own classifier is one): its modules are its blocks.
+    `mlp<L>` (Table 4) and `conv<L>` (its conv reading) want the `etf` head (theirs is one): a module per block.
 
     Table 7's VGG gets BatchNorm after every conv by default (`vgg_batch_norm`, our choice, against
     `models.vgg_deep`'s default): without it, on Fashion-MNIST at SGR's lr 0.1, VGG-12 stayed at chance
@@ -183,7 +184,6 @@ def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleL
     here), whereas the paper's global BP reaches 90.8 % at d = 12 with the same protocol."""
     from gradalign.methods.infopro import InfoProHead
     from gradalign.models.local_heads import local_head
-    from gradalign.models.plain_mlp import PlainMLP, mlp_modules
     from gradalign.models.resnet_cifar import module_channels, resnet32, split_into_modules
     from gradalign.models.vgg_deep import vgg_deep, vgg_module_channels, vgg_modules
 
@@ -191,9 +191,10 @@ def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleL
     if spec.network in RESNETS:
         model = resnet32(classes, info.channels, spec.width, plain=RESNETS[spec.network])
         modules, channels = split_into_modules(model, K), module_channels(model, K)
-    elif mlp_depth(spec.network):
-        model = PlainMLP(mlp_depth(spec.network), classes, info.channels * info.image_size**2, spec.width)
-        modules, channels = mlp_modules(model, K), [model.feature_dim] * K
+    elif mlp_depth(spec.network) or conv_depth(spec.network):
+        model, modules, channels = bp_free_plainnet(
+            spec.network, classes, info.channels, info.image_size, spec.width, K
+        )
     else:
         depth = network_depth(spec.network)
         model = vgg_deep(depth, classes, info.channels, spec.width, spec.vgg_batch_norm, spec.vgg_init)

@@ -13,11 +13,15 @@ def divergence_is_a_result(spec) -> bool:
       result (our rule, from Table 6's rerun: SGR at K = 3 fell back to chance at its 4th epoch on a GPU, where
       the stop rule ended it).
     - Every other run stops the command: a pilot's (`validation` > 0, as the λ pilot reads a divergence) and
-      Table 4's MLP runs, whose tuning moves to the next rate (`experiments.sgr.bp_free._tuned_runs`).
+      Table 4's MLP and conv runs, whose tuning moves to the next rate (`experiments.sgr.bp_free._tuned_runs`).
 
     `spec`: a LocalRunSpec, a BP-free rule's spec, or either as its `to_dict()` (a run-cache unit's spec)."""
     fields = spec if isinstance(spec, dict) else spec.to_dict()
     method = fields["method"]  # LocalSettings as a dict, or the BP-free rule's name
     if (method.get("method") if isinstance(method, dict) else method) == "global_bp":
         return True
-    return isinstance(method, dict) and not fields.get("validation") and not str(fields["network"]).startswith("mlp")
+    return (
+        isinstance(method, dict)
+        and not fields.get("validation")
+        and not str(fields["network"]).startswith(("mlp", "conv"))
+    )

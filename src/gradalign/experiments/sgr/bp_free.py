@@ -33,11 +33,13 @@ BP_FREE_METHODS = ("layerwise", "reforward", "sgr")
 BASELINES = ("fa", "dfa", "drtp", "pepita")
 BASELINE_ACTIVATIONS = {"fa": "relu", "dfa": "relu", "drtp": "tanh", "pepita": "relu"}  # DRTP's own networks: tanh
 FIGURE_METHODS = ("layerwise", "sgr")  # what Figures 2-4 compare
+MLP_ONLY = "Table 4 and Figures 2-4 read the MLP; the conv reading is sgr.tab4conv"
 
 
 @dataclass(frozen=True)
 class BPFreeConfig(LocalBPConfig):
     depth: int = 4  # blocks of the PlainMLP, each a module (our choice: the paper's depth is not stated)
+    blocks: str = "mlp"  # "mlp": Linear blocks (sgr.tab4); "conv": conv blocks (models.plain_conv, sgr.tab4conv)
     methods: tuple[str, ...] = BP_FREE_METHODS
     baselines: tuple[str, ...] = BASELINES  # Table 4 only: FA, DFA, DRTP, PEPITA on the same hidden blocks
     # every baseline's learning rate (our choice, from a 3-epoch probe, see CHOICES; the PEPITA code's rate: at
@@ -53,12 +55,17 @@ class BPFreeConfig(LocalBPConfig):
 
     def to_dict(self) -> dict:
         """The fields added later only when not their defaults: records stored before them keep their keys."""
-        later = ("baseline_lr", "lrs", "baseline_lrs", "tune_epochs", "validation")
+        later = ("baseline_lr", "lrs", "baseline_lrs", "tune_epochs", "validation", "blocks")
         return without_defaults(self, super().to_dict(), later)
 
     def validate(self) -> None:
         super().validate()
+        from gradalign.models.plain_conv import MAX_DEPTH
+
         require(self, "depth", self.depth >= 2, "must be >= 2 (local learning needs two modules)")
+        require(self, "blocks", self.blocks in ("mlp", "conv"), "must be 'mlp' or 'conv'")
+        if self.blocks == "conv":
+            require(self, "depth", self.depth <= MAX_DEPTH, f"must be <= {MAX_DEPTH} for the conv PlainNet")
         require(self, "methods", "sgr" in self.methods, "must include sgr (the claims compare it with the others)")
         require(self, "methods", set(self.methods) <= set(BP_FREE_METHODS), f"must be among {BP_FREE_METHODS}")
         require(self, "baselines", set(self.baselines) <= set(BASELINES), f"must be among {BASELINES}")
@@ -72,12 +79,21 @@ class BPFreeConfig(LocalBPConfig):
 
             room = min(TRAIN_SIZES[d] for d in self.datasets) - self.validation
             require(self, "n_train", 0 < self.n_train <= room, f"must be in 1 … {room:,} to hold out the validation")
-        if "cifar100" in self.datasets:
+        if "cifar100" in self.datasets and self.blocks == "mlp":
             require(self, "width", round(1024 * self.width) >= 100, "must give >= 100 units for CIFAR-100's ETF")
+        if self.blocks == "conv":
+            from gradalign.data.image_sets import image_set_info
+            from gradalign.models.plain_conv import geometry
+
+            for d in self.datasets:
+                info = image_set_info(d)
+                smallest = min(b.features for b in geometry(self.depth, info.channels, info.image_size, self.width))
+                ok = smallest >= info.num_classes
+                require(self, "width", ok, f"must give every block >= {info.num_classes} features for {d}'s ETF")
 
     @property
     def network(self) -> str:
-        return f"mlp{self.depth}"
+        return f"{self.blocks}{self.depth}"
 
     def method(self, name: str, modules: int):
         return replace(super().method(name, modules), head="etf")
@@ -91,6 +107,7 @@ class BPFreeConfig(LocalBPConfig):
             method=method,
             protocol=replace(protocol, epochs=self.tune_epochs) if tune else protocol,
             dataset=dataset,
+            network=self.blocks,
             depth=self.depth,
             width=self.width,
             activation=BASELINE_ACTIVATIONS[method],
@@ -126,7 +143,7 @@ def unused_settings(cfg: BPFreeConfig) -> dict[str, str]:
     """Figures 2-4 compare layer-wise training with SGR only, at each one's rate tuned as Table 4 tunes it
     (`figure_config`), so they read Table 4's runs of those two methods (`Experiment.unused`)."""
     why = f"the figures compare {' and '.join(FIGURE_METHODS)} only"
-    out = {"methods": why, "baselines": why, "baseline_lr": why, "baseline_lrs": why}
+    out = {"methods": why, "baselines": why, "baseline_lr": why, "baseline_lrs": why, "blocks": MLP_ONLY}
     if cfg.lrs:
         out["protocol.lr"] = "the local methods' rate is tuned on validation (lrs)"
     else:
@@ -136,7 +153,7 @@ def unused_settings(cfg: BPFreeConfig) -> dict[str, str]:
 
 def table4_unused(cfg: BPFreeConfig) -> dict[str, str]:
     """With an lr grid, the untuned rate of those methods is not used; without grids, the tuning settings."""
-    out = {}
+    out = {"blocks": MLP_ONLY}
     if cfg.lrs:
         out["protocol.lr"] = "the local methods' rate is tuned on validation (lrs)"
     if cfg.baseline_lrs:

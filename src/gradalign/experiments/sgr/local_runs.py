@@ -35,6 +35,7 @@ TABLE6_SPLITS = (16, 3, 2)
 PAPER_DATA = {
     "sgr.tab3": "CIFAR-10",
     "sgr.tab4": "CIFAR-10, CIFAR-100",
+    "sgr.tab4conv": "CIFAR-10, CIFAR-100",
     "sgr.tab6": "CIFAR-10, CIFAR-100",
     "sgr.tab7": "CIFAR-10",
     "sgr.fig2": "CIFAR-10",
@@ -216,7 +217,12 @@ def scope(cfg: LocalBPConfig, paper_datasets: tuple[str, ...]) -> str:
 
 def network_item(cfg: dict) -> tuple[str, str]:
     """The network against the paper's: the BP-free runs' MLP (a config with a `depth`) by its blocks and units, our
-    reading of a network whose depth and width the paper does not state; the others by their width multiplier."""
+    reading of a network whose depth and width the paper does not state (the conv reading, `blocks` "conv", by its
+    blocks and channels); the others by their width multiplier."""
+    if cfg.get("blocks") == "conv":
+        from gradalign.models.plain_conv import describe
+
+        return f"{describe(cfg['depth'], cfg['width'])} (our reading)", "BP-free PlainNet, depth and width not stated"
     if "depth" in cfg:
         units = round(1024 * cfg["width"])
         ours = f"{cfg['depth']}-block MLP, {units:,} units (our reading)"
