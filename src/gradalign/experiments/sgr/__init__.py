@@ -3,6 +3,7 @@
 from gradalign.experiments.sgr import (
     attributes,
     bp_free,
+    bp_free_conv,
     bp_free_figures,
     gradient_cost,
     imagenet,
@@ -21,6 +22,7 @@ EXPERIMENTS += lambda_study.EXPERIMENTS + local_bp.EXPERIMENTS + vgg_without_bn.
 EXPERIMENTS += (
     attributes.EXPERIMENTS
     + bp_free.EXPERIMENTS
+    + bp_free_conv.EXPERIMENTS
     + bp_free_figures.EXPERIMENTS
     + memory.EXPERIMENTS
     + pooled_head.EXPERIMENTS
