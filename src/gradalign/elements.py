@@ -72,6 +72,7 @@ sgr.lamfull | λ at the full budget: SGR at four readings of λ against layer-wi
 sgr.tab7nobn | Table 7 without BatchNorm: global BP's rate sweep and SGR at the deepest VGG (our study, not in the paper) | study | reduced (Fashion-MNIST, one seed)
 sgr.tab3 | Table 3: local-BP, ResNet-32 and PlainNet | table | reduced (Fashion-MNIST); paper preset on CIFAR-10
 sgr.tab4 | Table 4: BP-free PlainNet, FA / DRTP / PEPITA / layer-wise / reforward / SGR | table | reduced; paper preset
+sgr.tab4conv | Table 4 on a conv PlainNet: the BP-free table with conv blocks (our reading, not in the paper) | study | reduced (Fashion-MNIST)
 sgr.fig2 | Figure 2: SGR loss of neighbouring layers and test accuracy | figure | reduced
 sgr.fig3 | Figure 3: change of each layer's loss caused by earlier layers | figure | reduced
 sgr.fig4 | Figure 4: train loss, train accuracy, test loss curves | figure | reduced
