@@ -24,9 +24,10 @@ from gradalign.store.run_unit import Unit
 
 
 def _shells_trials(cfg: Config) -> list[Unit]:
-    from gradalign.experiments.lga.shells import trial_unit
+    """The trials, then LGA at each further ε_norm on their data sets (`shells.study_units`)."""
+    from gradalign.experiments.lga.shells import study_units
 
-    return [trial_unit(cfg, k) for k in range(cfg.trials)]
+    return study_units(cfg)
 
 
 def _shells_trials_and_tuning(cfg: Config) -> list[Unit]:
@@ -85,6 +86,12 @@ def _figure_runs(cfg: Config) -> list[Unit]:
     return figure_units(cfg)
 
 
+def _table4_conv_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.sgr.bp_free_conv import units
+
+    return units(cfg)
+
+
 def _no_bn_runs(cfg: Config) -> list[Unit]:
     from gradalign.experiments.sgr.vgg_without_bn import units
 
@@ -124,6 +131,7 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "sgr.tab6": _local_runs("table6_jobs"),
     "sgr.tab7": _local_runs("table7_jobs"),
     "sgr.tab4": _table4_runs,
+    "sgr.tab4conv": _table4_conv_runs,
     "sgr.tab7nobn": _no_bn_runs,
     "sgr.poolhead": _pooled_head_runs,
     "sgr.lamfull": _lambda_study_runs,
