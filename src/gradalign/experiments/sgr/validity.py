@@ -284,6 +284,22 @@ def tab4_claims(record: dict) -> dict:
     return per_column(record["metrics"]["table"], table4_checks, len(_datasets(record)) > 1)
 
 
+def tab4conv(record: dict) -> dict:  # Table 4's preconditions, finished learning by the budget check once B/2 is in
+    from gradalign.experiments.sgr.bp_free_conv import budget_gains, budgets
+
+    out, gains = bp_free(record), budget_gains(record)
+    if gains is not None:
+        out["finished_learning"] = replaces_finished_learning(len(gains), budgets(record), gains)
+    return out
+
+
+def tab4conv_claims(record: dict) -> dict:
+    from gradalign.experiments.sgr.bp_free_conv import budgets, half_budget_checks
+
+    half = half_budget_checks(record)  # Table 4's claims at B/2: each claim at B with its budget check against them
+    return tab4_claims(record) if half is None else stabilise(tab4_claims(record), half, budgets(record))
+
+
 def _figure_claims(record: dict, checks_of) -> dict:
     c, out = record["curves"], {}
     for d in _datasets(record):
@@ -318,6 +334,7 @@ VALIDITY = {
     "sgr.tab6": (tab6, tab6_claims),
     "sgr.tab7": (tab7, tab7_claims),
     "sgr.tab4": (bp_free, tab4_claims),
+    "sgr.tab4conv": (tab4conv, tab4conv_claims),
     "sgr.fig2": (bp_free, fig2_claims),
     "sgr.fig4": (bp_free, fig4_claims),
     "sgr.fig3": (fig3, fig3_claims),
