@@ -343,3 +343,31 @@ def readable(frame):
         return number(v) if isinstance(v, (int, float)) else v
 
     return frame.map(one)
+
+
+def fits_view() -> None:
+    """The meta-gradient fits pilot (`pilots.FITS_GRID`): each candidate scale, each arm's error on its own labeled
+    images (eval mode, the final model), whether every arm fits, and the answer; from the committed runs only."""
+    import pandas as pd
+    from IPython.display import Markdown, display
+
+    from gradalign.compute.pilots import ON_GPU, fits_answer
+
+    answer = fits_answer()
+    rows = {}
+    for row in answer["rows"]:
+        width, steps, gamma, dropout = row["candidate"]
+        cells = {arm: "not trained" if e is None else f"{e:.1f}" for arm, e in row["errors"].items()}
+        rows[f"×{width:g}, {steps:,} steps, γ {gamma:g}, dropout {dropout:g}"] = {
+            **cells,
+            "runs committed": f"{row['done']} of {row['runs']}",
+            "every arm fits": "yes" if row["fits"] else "no" if row["done"] == row["runs"] else "not yet",
+            "trains": "GPU backlog" if row["name"] in ON_GPU else "here",
+        }
+    display(
+        Markdown(f"**Labeled-set error (%) of each arm, one seed, 1,000 labels (fits: ≤ {answer['threshold']:g} %):**")
+    )
+    display(pd.DataFrame(rows).T)
+    chosen = answer["chosen"]
+    text = "no candidate has every arm fitting yet" if chosen == "none yet" else f"the first that fits is `{chosen}`"
+    display(Markdown(f"**The pilot's answer so far:** {text}."))
