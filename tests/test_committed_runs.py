@@ -21,6 +21,7 @@ from gradalign.store.run_unit import check_entry, committed_runs, entry_path
 from gradalign.store.runcache import RunCacheWarning
 
 TINY = {
+    "eps_arms": (),  # the trials alone (the further ε_norm arm has units of its own)
     "d": 5,
     "n": 100,
     "n_test": 100,

@@ -201,7 +201,9 @@ def test_lga_runs_record_their_diagnostics_and_the_summary_reads_them():
     assert len(h["imputed_moved"]) == len(h["imputed_accuracy"]) == len(h["alignment"]) == 2
     assert 0 < h["imputed_moved"][-1] <= 0.9 and 0 <= h["imputed_accuracy"][-1] <= 1
     assert -1 <= h["alignment"][-1] <= 1
+    assert len(h["eps_dominated"]) == 2 and 0 <= h["eps_dominated"][-1] <= 1  # ε_norm > sqrt(EMA(v⁴)), at the step
     summary = _lga_diagnostics(runs)
+    assert summary["eps_dominated"] == pytest.approx(sum(r["history"]["eps_dominated"][-1] for r in runs) / 2)
     assert summary["imputed_moved"] == pytest.approx(sum(r["history"]["imputed_moved"][-1] for r in runs) / 2)
     assert summary["alignment"] == pytest.approx(sum(sum(r["history"]["alignment"]) / 2 for r in runs) / 2)
     plain = train_ssl(make_model(), "supervised", oliver_settings("supervised", "cifar"), protocol(3), data, 0)

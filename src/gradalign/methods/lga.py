@@ -197,6 +197,13 @@ def ema_update(raw: torch.Tensor, value: torch.Tensor, decay: float, step: int) 
     return raw / (1.0 - decay**step)
 
 
+def eps_dominated_share(ema_v4: torch.Tensor, eps_norm: float) -> torch.Tensor:
+    """Share of parameters whose ε_norm exceeds sqrt(EMA(v⁴)) in Eq. 2's denominator (a 0-d float tensor, no host
+    sync; float64, exact for any p below 2⁵³): there the term is weighted by about 1/ε_norm, not normalised by its own
+    scale, so at a share near 1 the normalisation is effectively off. `ema_v4`: the bias-corrected EMA(v⁴), flat."""
+    return (ema_v4.sqrt() < eps_norm).double().mean()
+
+
 def scaled_residual(v: torch.Tensor, ema_v4: torch.Tensor, eps_norm: float) -> torch.Tensor:
     """u = v / (ε_norm + sqrt(EMA(v⁴))), taken as 0 where the denominator is 0 (ε_norm = 0, v ≡ 0)."""
     denominator = eps_norm + ema_v4.sqrt()
@@ -334,6 +341,7 @@ def lga_step(
         "grad_unlabeled_norm": flat_u.norm(),
         "grad_cosine": F.cosine_similarity(flat_l, flat_u, dim=0),
         "grad_w_norm": grad_w_rows.norm(),
+        "eps_dominated": eps_dominated_share(ema_v4, s.eps_norm),  # share with ε_norm > sqrt(EMA(v⁴)), Eq. 2
     }
     if s.check_every and step % s.check_every == 0:
         raise_if_not_finite("LGA", step, diagnostics, "lower the learning rates or raise eps_norm")

@@ -27,16 +27,26 @@ class LGABenchmarkSettings(Settings):
         require(self, "eps_norm", self.eps_norm >= 0, "must be >= 0")
 
 
-def lga_init(model: torch.nn.Module, settings: LGABenchmarkSettings, n_unlabeled: int, classes: int):
-    """(Algorithm 1's state, its θ optimizer: the protocol's learning-rate schedule acts on it)."""
-    lga = LGASettings(
+LABELED_WEIGHT = 1.0
+"""T(i) = 1 for every i in the benchmark (our choice: the paper states no schedule for §4)."""
+
+
+def lga_settings(settings: LGABenchmarkSettings) -> LGASettings:
+    """Algorithm 1's settings that a benchmark run trains with: the benchmark's α_θ, α_w and ε_norm, T(i) =
+    `LABELED_WEIGHT`, no finiteness check inside the step (the loop checks at every evaluation), and every other
+    field (the EMA decays, Adam's betas and ε) at `LGASettings`' defaults."""
+    return LGASettings(
         alpha_theta=settings.lr,
         alpha_w=settings.alpha_w,
         eps_norm=settings.eps_norm,
-        labeled_weight=ConstantWeight(1.0),
+        labeled_weight=ConstantWeight(LABELED_WEIGHT),
         check_every=0,
-    )  # T(i) = 1: our choice
-    state = init_lga(model, n_unlabeled, classes, lga)
+    )
+
+
+def lga_init(model: torch.nn.Module, settings: LGABenchmarkSettings, n_unlabeled: int, classes: int):
+    """(Algorithm 1's state, its θ optimizer: the protocol's learning-rate schedule acts on it)."""
+    state = init_lga(model, n_unlabeled, classes, lga_settings(settings))
     return state, state.theta_optimizer
 
 
@@ -67,4 +77,5 @@ def _lga(run, ramp: float, x_l, y_l, x_u, idx_u, with_vat: bool) -> dict[str, to
         "loss_unlabeled": out["loss_unlabeled"],
         "distance": out["distance"],
         "alignment": out["grad_cosine"],  # cos(g_ℓ, g_u): the label gradient's batch against the labeled one
+        "eps_dominated": out["eps_dominated"],  # share of parameters with ε_norm > sqrt(EMA(v⁴)) (Eq. 2)
     }

@@ -25,7 +25,14 @@ from gradalign.config import Settings, require
 from gradalign.data.shells import N_CLASSES, ShellsData
 from gradalign.methods.divergence import raise_if_not_finite
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.methods.lga import ConstantWeight, LGASettings, imputed_diagnostics, init_lga, lga_step
+from gradalign.methods.lga import (
+    ConstantWeight,
+    LGASettings,
+    eps_dominated_share,
+    imputed_diagnostics,
+    init_lga,
+    lga_step,
+)
 from gradalign.models.mlp import relu_mlp
 from gradalign.params import adam, flat
 from gradalign.store.run_unit import without_defaults
@@ -142,14 +149,19 @@ def supervised_update(run: ShellsRun, seed: int):
     return update
 
 
+def lga_settings(s: ShellsTrialSettings) -> LGASettings:
+    """Algorithm 1's settings of a trial's LGA arm: its lr (α_θ), α_w, ε_norm and constant T(i); every other field
+    (the EMA decays, Adam's betas and ε, the finiteness check) at `LGASettings`' defaults."""
+    return LGASettings(
+        alpha_theta=s.lr, alpha_w=s.alpha_w, eps_norm=s.eps_norm, labeled_weight=ConstantWeight(s.labeled_weight)
+    )
+
+
 def lga_update(run: ShellsRun, seed: int):
     """Algorithm 1 with T(i) = labeled_weight; its imputed labels are kept on the run (`run.lga`)."""
     s, d = run.s, run.data
     unlabeled = IndexStream(len(d.x_unlabeled), s.unlabeled_batch, seed + 1)
-    settings = LGASettings(
-        alpha_theta=s.lr, alpha_w=s.alpha_w, eps_norm=s.eps_norm, labeled_weight=ConstantWeight(s.labeled_weight)
-    )
-    run.lga = init_lga(run.model, len(d.x_unlabeled), N_CLASSES, settings)
+    run.lga = init_lga(run.model, len(d.x_unlabeled), N_CLASSES, lga_settings(s))
 
     def update(i_l: torch.Tensor) -> torch.Tensor:
         i_u = unlabeled.next()
@@ -186,4 +198,4 @@ def eps_dominates(state) -> float:
     distance is ε-weighted, i.e. unnormalised."""
     st = state.settings
     ema = state.ema_v4 / (1.0 - st.norm_ema_decay ** max(state.step, 1))
-    return float((ema.sqrt() < st.eps_norm).double().mean())
+    return float(eps_dominated_share(ema, st.eps_norm))

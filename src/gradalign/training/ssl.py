@@ -133,12 +133,15 @@ class SSLRun:
 
     def evaluate(self, t: int, sums: dict[str, float], count: int, last) -> dict[str, float]:
         """Validation error and loss, the mean train loss; for LGA also the mean cosine of its unlabeled and labeled
-        gradients since the last evaluation (`alignment`) and its imputed labels' accuracy on the unlabeled pool,
-        confidence and distance from their start (`methods.lga.imputed_diagnostics`)."""
+        gradients since the last evaluation (`alignment`), the share of parameters whose ε_norm exceeds
+        sqrt(EMA(v⁴)) at this step (`eps_dominated`, `methods.lga.eps_dominated_share`) and its imputed labels'
+        accuracy on the unlabeled pool, confidence and distance from their start (`methods.lga.imputed_diagnostics`)."""
         val_error, val_loss = classification_metrics(self.model, self.data.x_val, self.data.y_val)
         out = {"val_error": val_error, "val_loss": val_loss, "train_loss": sums["loss"] / count}
         if "alignment" in sums:
             out["alignment"] = sums["alignment"] / count
+        if "eps_dominated" in last:  # at this step (a step's value: an old checkpoint's sums lack it)
+            out["eps_dominated"] = float(last["eps_dominated"])
         w = getattr(self.extra, "w", None)
         if w is not None and self.data.y_unlabeled is not None:
             out.update(imputed_diagnostics(w.detach(), self.data.y_unlabeled))

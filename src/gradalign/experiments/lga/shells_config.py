@@ -32,10 +32,14 @@ class ShellsStudyConfig(Config):
     # the supervised arms of all trials trained together (training.shells_batched), or each on its own: equal to
     # float rounding, not to the bit, so each is stored under its own key
     batched: bool = True
+    # further readings of ε_norm (Eq. 2): LGA alone on each trial's data set at each value, beside the trials' own
+    # ε_norm and against the same supervised arms (`shells.eps_arm_unit`); the presets set `shells.EPS_ARMS`
+    eps_arms: tuple[float, ...] = ()
 
     def to_dict(self) -> dict:
-        """`batched` only when false: records stored before the field existed keep their keys."""
-        return without_defaults(self, super().to_dict(), ("batched",))
+        """`batched` only when false, `eps_arms` only when set: records stored before the fields existed keep their
+        keys."""
+        return without_defaults(self, super().to_dict(), ("batched", "eps_arms"))
 
     def validate(self) -> None:
         super().validate()
@@ -43,6 +47,14 @@ class ShellsStudyConfig(Config):
             require(self, name, getattr(self, name) >= 1, "must be >= 1")
         require(self, "trial", self.trial.hessian_points <= self.n_test, "hessian_points must be <= n_test")
         require(self, "tuning_steps", self.tuning_steps >= self.trial.eval_every, "must be >= trial.eval_every")
+        require(
+            self,
+            "eps_arms",
+            all(e > 0 for e in self.eps_arms)
+            and len(set(self.eps_arms)) == len(self.eps_arms)
+            and self.trial.eps_norm not in self.eps_arms,
+            "must be distinct values > 0, each other than trial.eps_norm",
+        )
 
 
 def _data(cfg: ShellsStudyConfig, seed: int):

@@ -262,13 +262,15 @@ def _summary(runs: list[dict]) -> dict:
     return out
 
 
-LGA_DIAGNOSTICS = ("imputed_moved", "imputed_accuracy", "imputed_confidence")
+LGA_DIAGNOSTICS = ("imputed_moved", "imputed_accuracy", "imputed_confidence", "eps_dominated")
 
 
 def _lga_diagnostics(runs: list[dict]) -> dict:
     """LGA's diagnostics over seeds, where every run recorded them (`training.ssl.SSLRun.evaluate`): its imputed
-    labels at the last evaluation (distance from their start, accuracy on the unlabeled pool, confidence) and the
-    cosine of its unlabeled and labeled gradients averaged over training (`alignment`)."""
+    labels at the last evaluation (distance from their start, accuracy on the unlabeled pool, confidence), the share
+    of parameters whose ε_norm exceeds sqrt(EMA(v⁴)) at the last evaluation (`eps_dominated`: runs trained before
+    it was recorded lack it, and then so does the summary: not recorded) and the cosine of its unlabeled and labeled
+    gradients averaged over training (`alignment`)."""
     histories = [r["history"] for r in runs]
     out = {}
     for name in (*LGA_DIAGNOSTICS, "alignment"):
