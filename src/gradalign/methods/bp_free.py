@@ -36,6 +36,12 @@ convolution, `torch.nn.grad.conv2d_input`) at the forward weight W_{l+1} (global
 shape (C_out × C_in × 3 × 3; no weight transport); DFA / DRTP project onto the flattened a_l (B_l ∈ R^{K×n_l},
 n_l = C_l·H_l·W_l) and reshape; PEPITA's x′ = x + e Fᵀ is reshaped to the image (F ∈ R^{d_in×K}, d_in = C·H·W) and
 δ_l = (h_l − h′_l)/N is taken at the block's output map. A conv weight's fan-in is C_in·3·3 (torch's).
+PEPITA's own code for its conv networks (`GiorgiaD/PEPITA`, commit 3fe03d8, `models.compute_delta_w_conv` and
+`main_pytorch.py`) sums (h − h′) ⊗ input patch over the output positions, then divides by their number and by the
+batch twice, applies it with the sign opposite to its fully connected layers' update, and trains the output layer of a
+one-conv net on the first pass's e. Ours (our choice): every layer by the one rule above, the conv as the linear map it
+is, the sign of the fully connected update (the paper's ΔW_l = (h_l − h′_l) ⊗ h′_{l−1}, applied as W − ηΔW/N), one /N,
+e′ at the output layer; the learning rate, tuned on validation, absorbs the scale.
 
 We compute every rule explicitly, with no tensor hooks: a hooked tensor that does not require grad falls back
 silently to BP, and torch.autograd.grad does not call hooks on an input tensor (book/appendix/protocols.md).

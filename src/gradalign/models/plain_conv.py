@@ -11,7 +11,8 @@ at a block's pre-activation is δ ⊙ σ′(a) exactly as in the MLP), every blo
 
     [Conv2d(c_{l−1} → c_l, 3 × 3, stride s_l, padding 1) → ReLU] × L,   logits of block l: flatten(h_l) M_l
 
-Channels and strides (our choice, sized to two CPU cores): c = 16, 32, 32, 64 × `width`, s = 1, 2, 2, 2. On a
+Channels, kernels and strides (our choice, sized to two CPU cores; 3 × 3 kernels as in ResNet-32's PlainNet): c = 16,
+32, 32, 64 × `width`, s = 1, 2, 2, 2, biases (as the MLP's blocks), PyTorch's default initialisation. On a
 28-pixel image the blocks' outputs are 16 × 28², 32 × 14², 32 × 7², 64 × 4² (12,544, 6,272, 1,568, 1,024 features,
 each at least the classes an ETF needs); on a 32-pixel one 32², 16², 8², 4². Depth 1 … 4 (Figure 3's
 "4-layer PlainNet" is 4).
