@@ -62,12 +62,12 @@ SOURCES: dict[str, Source] = {
     "grad_ema_decay": Source(
         "EMA(g_ℓ) decay",
         "decay of the EMA of the labeled gradient (bias-corrected as Adam's moments: our choice)",
-        note={"*": "not stated; Adam's β1, a mean over about 10 minibatches while θ moves"},
+        note={"*": "Adam's β1, a mean over about 10 minibatches while θ moves"},
     ),
     "norm_ema_decay": Source(
         "EMA(v⁴) decay",
         "decay of the EMA of v⁴ in Eq. 2 (bias-corrected as Adam's moments: our choice)",
-        note={"*": "not stated; Adam's β2, a slowly varying per-parameter scale"},
+        note={"*": "Adam's β2, a slowly varying per-parameter scale"},
     ),
     "labeled_weight": Source(
         "T(i)",
@@ -85,8 +85,8 @@ SOURCES: dict[str, Source] = {
             "benchmark": ("adam", "Algorithm 1 (ADAMUPDATE); §4: 'trained with the Adam optimizer'"),
         },
     ),
-    "adam_betas": Source("Adam (β1, β2)", "Adam's moment decays", note={"*": "not stated; Adam's defaults"}),
-    "adam_eps": Source("Adam ε", "Adam's stabiliser", note={"*": "not stated; Adam's default (also TensorFlow's)"}),
+    "adam_betas": Source("Adam (β1, β2)", "Adam's moment decays", note={"*": "Adam's defaults"}),
+    "adam_eps": Source("Adam ε", "Adam's stabiliser", note={"*": "Adam's default (also TensorFlow's)"}),
     "check_every": Source(
         "NaN/Inf check",
         "steps between finiteness checks inside the step (0: none)",
