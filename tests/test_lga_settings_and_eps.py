@@ -141,3 +141,11 @@ def test_the_study_at_smoke_shows_the_arm_beside_the_trials_without_changing_its
     assert set(armed["metrics"]["per_trial"]) == {"supervised", "lga"} and set(armed["checks"]) == set(plain["checks"])
     assert armed["metrics"]["mean_alignment"] == plain["metrics"]["mean_alignment"]  # the trials are the same runs
     assert "lga_eps=1e-06/alignment/mean" in armed["curves"] and "eps_arms" not in plain["metrics"]
+
+
+def test_the_arm_is_in_every_preset_but_smoke():
+    from gradalign.experiments import get
+
+    for element_id in ("lga.fig3", "lga.fig4"):
+        assert get(element_id).resolve("cpu").eps_arms == study.EPS_ARMS == (1e-6,)
+        assert get(element_id).resolve("smoke").eps_arms == ()

@@ -362,8 +362,14 @@ STUDY_SMOKE = {
     "tuning_steps": 60,
     "trial": {"steps": 60, "eval_every": 20, "hessian_points": 300, "lanczos_iters": 8, "batch": 32},
 }
-STUDY_PRESETS = {"smoke": STUDY_SMOKE, "cpu": {}, "gpu": {}, "paper": {}}
-"""`eps_arms` joins the presets once its 25 cpu runs are committed (until then: `--set eps_arms=[1e-6]`)."""
+STUDY_PRESETS = {
+    "smoke": STUDY_SMOKE,
+    "cpu": {"eps_arms": EPS_ARMS},
+    "gpu": {"eps_arms": EPS_ARMS},
+    "paper": {"eps_arms": EPS_ARMS},
+}
+"""The further ε_norm arm at every preset but smoke (smoke: the trials alone; the tests run the arm at smoke by
+`--set eps_arms=[1e-6]`)."""
 
 
 def study_scale(record: dict) -> str:
