@@ -7,6 +7,7 @@ import torch
 from gradalign.errors import ConfigError
 from gradalign.experiments import EXPERIMENTS, outcome
 from gradalign.experiments.metagrad import benchmark
+from gradalign.experiments.verdict import derive_verdict
 from gradalign.methods.semimeta import VARIANTS, SemiMetaSettings, semimeta_step
 from gradalign.models.conv_large import ConvLarge
 from gradalign.training.semimeta import SemiMetaProtocol, SemiMetaRunSpec, semimeta_data, train_semimeta
@@ -169,7 +170,11 @@ PASSING = {
         "silhouette": {
             "labeled_only": {"mean": 0.1, "std": 0.01, "n": 3},
             "meta_mixup": {"mean": 0.2, "std": 0.01, "n": 3},
-        }
+        },
+        "mmd": {
+            "labeled_only": {"mean": 0.05, "std": 0.005, "n": 3, "values": [0.045, 0.05, 0.055]},
+            "meta_mixup": {"mean": 0.01, "std": 0.005, "n": 3, "values": [0.005, 0.01, 0.015]},
+        },
     },
 }
 
@@ -193,6 +198,16 @@ FAILING = [
             }
         },
     ),
+    (  # the method's labeled and unlabeled features further apart than the baseline's
+        benchmark.figure3_checks,
+        "labeled_unlabeled_closer",
+        {
+            "mmd": {
+                "labeled_only": {"mean": 0.01, "std": 0.005, "n": 3, "values": [0.005, 0.01, 0.015]},
+                "meta_mixup": {"mean": 0.05, "std": 0.005, "n": 3, "values": [0.045, 0.05, 0.055]},
+            }
+        },
+    ),
 ]
 
 
@@ -210,6 +225,66 @@ def test_failing_measurement_fails_that_check_only(fn, name, changes):
 
 def test_every_check_has_a_failing_case():
     assert {(fn, n) for fn, m in PASSING.items() for n in fn(m)} == {(fn, n) for fn, n, _ in FAILING}
+
+
+@pytest.mark.parametrize("mmd", [None, {"labeled_only": None, "meta_mixup": PASSING[benchmark.figure3_checks]["mmd"]}])
+def test_figure3_without_the_mmd_says_not_recorded_and_decides_nothing(mmd):
+    """Runs trained before the MMD was measured (every committed `cpu` run today): the check is "not recorded",
+    undecided, and the verdict is not "reproduced" however well the features cluster."""
+    m = {k: v for k, v in PASSING[benchmark.figure3_checks].items() if k != "mmd"}
+    if mmd is not None:
+        m["mmd"] = mmd
+    checks = benchmark.figure3_checks(m)
+    closer = checks["labeled_unlabeled_closer"]
+    assert closer["value"] == "not recorded" and not closer["passed"] and closer["within_noise"]
+    assert checks["method_clusters_test_features"]["passed"]
+    verdict = derive_verdict(checks, "reduced", evidence="empirical")
+    assert verdict["status"] == "inconclusive" and verdict["within_noise"] == ["labeled_unlabeled_closer"]
+
+
+def test_figure3_claims_re_derive_from_old_and_new_records():
+    """`validity.fig3_claims` on a stored record without the MMD (before) and with it (after) gives the record's
+    own checks, so that neither is read back as edited (`records.recheck`)."""
+    from gradalign.experiments.metagrad.validity import fig3_claims
+
+    new = dict(PASSING[benchmark.figure3_checks])
+    old = {k: v for k, v in new.items() if k != "mmd"}
+    for metrics in (old, new):
+        record = {"metrics": metrics}
+        assert fig3_claims(record) == benchmark.figure3_checks(metrics)
+    assert fig3_claims({"metrics": old})["labeled_unlabeled_closer"]["value"] == "not recorded"
+    assert fig3_claims({"metrics": new})["labeled_unlabeled_closer"]["passed"]
+
+
+def test_figure3_records_the_mmd_of_every_run_and_none_for_older_runs():
+    tsne = {"test_silhouette": 0.3, "labeled_unlabeled_mmd": {"mmd2": 0.02, "p_value": 0.01}}
+    runs = [{"tsne": tsne}, {"tsne": {**tsne, "labeled_unlabeled_mmd": {"mmd2": 0.04, "p_value": 0.2}}}]
+    got = benchmark._mmd_summary(runs)
+    assert got["values"] == [0.02, 0.04] and got["n"] == 2 and got["p_values"] == [0.01, 0.2]
+    assert benchmark._mmd_summary([*runs, {"tsne": {"test_silhouette": 0.3}}]) is None
+
+
+def test_the_page_settings_and_feature_dimension_come_from_the_config():
+    """Figure 3's features are the model's pooled ones at the record's width (16 at ×0.125, 128 at width 1); γ,
+    dropout and the decay points are the spec's, marked our choice where they depart from App. C."""
+    cfg = EXPERIMENTS["metagrad.fig3"].resolve("cpu")
+    record = {"id": "metagrad.fig3", "preset": "cpu", "config": cfg.to_dict()}
+    assert benchmark.feature_dim(record) == 16
+    assert benchmark.feature_dim({**record, "config": {**record["config"], "width": 1.0}}) == 128
+    rows = {r["setting"].split(": ", 1)[1]: r for r in benchmark.settings_rows(record)}
+    spec = cfg.spec("meta_mixup", "fashion_mnist", 1000, 0)
+    assert rows["mixup λ ~ Beta(γ, γ)"]["value"] == f"γ = {spec.method.gamma:g}"
+    assert rows["Conv-Large Dropout2d rate"] == {
+        **rows["Conv-Large Dropout2d rate"],
+        "value": "0",
+        "source": "our choice",
+    }
+    assert "step 2,000 (50 %), step 2,800 (70 %) of 4,000" in rows["learning-rate decays"]["value"]
+    assert rows["learning-rate decays"]["source"] == "our choice"
+    paper = EXPERIMENTS["metagrad.fig3"].resolve("paper")
+    prows = benchmark.settings_rows({"id": "metagrad.fig3", "preset": "paper", "config": paper.to_dict()})
+    assert [r["source"] for r in prows] == ["the paper's", "the paper's", "the paper's", "the authors' code"]
+    assert prows[0]["value"] == "γ = 0.1"  # SVHN
 
 
 def test_in_place_finite_difference_is_the_functional_one_and_restores_the_model():
