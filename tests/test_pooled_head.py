@@ -85,3 +85,15 @@ def test_the_pooled_head_keeps_accuracy_on_a_tie_and_not_on_a_clear_loss():
     assert not loss["passed"] and loss["value"]["decision"] == "loses"
     few = pooled_head_checks(_table([80.1, 80.6], [80.3, 80.0]), 16)["pooled_head_keeps_accuracy"]
     assert not few["passed"] and few["within_noise"]
+
+
+def test_before_the_record_the_page_reads_only_committed_runs(tmp_path, monkeypatch):
+    """An empty results store: every arm at both budgets has 0 of 3 runs committed and no comparison is drawn."""
+    from gradalign.experiments.sgr.pooled_head import committed_comparison
+
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))
+    out = committed_comparison(get("sgr.poolhead").resolve("cpu", {}))
+    assert set(out) == {"60 epochs", "30 epochs"}
+    for part in out.values():
+        assert part["comparison"] is None
+        assert all(arm == {"committed": 0, "of": 3} for arm in part["arms"].values())

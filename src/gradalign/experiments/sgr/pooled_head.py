@@ -97,6 +97,32 @@ def pooled_head(cfg: PooledHeadConfig, device) -> dict:
     return outcome(pooled_head_checks(table, cfg.modules), metrics, curves, scope=scope(cfg, ("cifar10",)))
 
 
+def committed_comparison(cfg: PooledHeadConfig) -> dict[str, dict]:
+    """Before the record: each arm's final test accuracy from the committed runs only (never trained here), at the
+    config's budget and at half of it, and the comparison's decision (`rules.decide`) where both arms have every
+    seed; an arm with a run not committed yet has {"committed": k, "of": n}."""
+    from gradalign.experiments.rules import decide
+    from gradalign.experiments.seed_stats import stats
+    from gradalign.experiments.sgr.budget import half_budget
+    from gradalign.experiments.sgr.local_runs import group_units
+    from gradalign.store.run_unit import read_entry
+    from gradalign.store.store_root import results_root
+
+    out = {}
+    for c in (cfg, half_budget(cfg)):
+        arms = {}
+        for arm, arm_cfg in arm_configs(c).items():
+            entries = [read_entry(results_root() / "runs", u) for u in group_units(arm_cfg, jobs(c))]
+            done = [e["value"]["final_test_acc"] for e in entries if e is not None]
+            arms[arm] = {"committed": len(done), "of": len(entries)}
+            if len(done) == len(entries):
+                arms[arm] |= {**stats(done), "values": done}
+        both = all("mean" in a for a in arms.values())
+        decision = decide(arms["pooled_head"], arms["paper_head"], higher_is_better=True) if both else None
+        out[f"{c.protocol.epochs} epochs"] = {"arms": arms, "comparison": decision}
+    return out
+
+
 def units(cfg: PooledHeadConfig) -> list:
     from gradalign.experiments.sgr.local_runs import group_units
 
