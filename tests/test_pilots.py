@@ -183,30 +183,30 @@ def test_a_rerun_or_budget_check_trains_here_only_its_uncommitted_named_runs_in_
         pilots.rerun_units("sgr.tab4")
 
 
-def test_the_fits_pilot_chooses_the_first_candidate_whose_every_run_fits(monkeypatch):
+def test_the_fits_pilot_chooses_the_first_candidate_whose_every_run_fits():
     """Candidates in FITS_GRID's order: the first has a mixup arm at 17 % labeled-set error (it does not fit), the
     second a run not committed yet (undecided), the third fits everywhere: it is the answer."""
-    from gradalign.compute import pilots
+    from gradalign.compute.metagrad_pilots import FITS_GRID, fits_answer, fits_name
 
-    names = [pilots.fits_name(*c) for c in pilots.FITS_GRID]
+    names = [fits_name(*c) for c in FITS_GRID]
     arms = ("Labeled only", "Meta only", "Mixup only", "Meta + mixup")
 
     def runs(errors):
         return [{"arm": a, "done": e is not None, "labeled_error": e} for a, e in zip(arms, errors)]
 
     table = {names[0]: runs([3.4, 3.0, 16.8, 4.0]), names[1]: runs([3.0, 3.0, 4.0, None]), names[2]: runs([1.0] * 4)}
-    monkeypatch.setattr(pilots, "stored", lambda name: table.get(name, runs([None] * 4)))
-    answer = pilots.fits_answer()
+    stored = lambda name: table.get(name, runs([None] * 4))  # noqa: E731
+    answer = fits_answer(stored)
     assert [r["fits"] for r in answer["rows"][:3]] == [False, False, True]
     assert answer["chosen"] == names[2] and answer["rows"][1]["done"] == 3
     table[names[2]] = runs([1.0, 1.0, 5.5, 1.0])
-    assert pilots.fits_answer()["chosen"] == "none yet"
+    assert fits_answer(stored)["chosen"] == "none yet"
 
 
 def test_the_fits_pilots_over_the_cpu_budget_are_a_gpu_windows():
-    from gradalign.compute import pilots
+    from gradalign.compute.metagrad_pilots import FITS_GRID, fits_name
 
-    for candidate in pilots.FITS_GRID:
-        name = pilots.fits_name(*candidate)
+    for candidate in FITS_GRID:
+        name = fits_name(*candidate)
         assert name in pilots.PILOTS and (name in pilots.ON_GPU) == (candidate[0] > 0.125)
         assert len(pilots.PILOTS[name].units(pilots.PILOTS[name])) == 4  # Table 4's four arms, one seed

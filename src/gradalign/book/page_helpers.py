@@ -346,14 +346,16 @@ def readable(frame):
 
 
 def fits_view() -> None:
-    """The meta-gradient fits pilot (`pilots.FITS_GRID`): each candidate scale, each arm's error on its own labeled
-    images (eval mode, the final model), whether every arm fits, and the answer; from the committed runs only."""
+    """The meta-gradient fits pilot (`metagrad_pilots.FITS_GRID`): each candidate scale, each arm's error on its own
+    labeled images (eval mode, the final model), whether every arm fits, and the answer; from the committed runs
+    only."""
     import pandas as pd
     from IPython.display import Markdown, display
 
-    from gradalign.compute.pilots import ON_GPU, fits_answer
+    from gradalign.compute.metagrad_pilots import fits_answer
+    from gradalign.compute.pilots import ON_GPU, stored
 
-    answer = fits_answer()
+    answer = fits_answer(stored)
     rows = {}
     for row in answer["rows"]:
         width, steps, gamma, dropout = row["candidate"]

@@ -19,6 +19,15 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from gradalign.compute.metagrad_pilots import (
+    FITS_GRID,
+    fits_name,
+    fits_overrides,
+    fits_question,
+    labeled_only_arm,
+    labeled_only_units,
+    variant_arm,
+)
 from gradalign.experiments.lga.ssl_benchmark import CPU as LGA_SSL_CPU
 from gradalign.experiments.claim_budget import is_half_budget
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
@@ -62,21 +71,6 @@ def _ssl_arm(spec: dict) -> str:
     return TITLES[spec["method"]]
 
 
-def _labeled_only_arm(spec: dict) -> str:
-    return f"labeled only, dropout {spec.get('dropout', 0.5):g}"  # 0.5: the paper's, not written in the key
-
-
-def _labeled_only_units(pilot: Pilot) -> list:
-    from gradalign.experiments import get
-    from gradalign.training.semimeta import semimeta_unit
-
-    out = []
-    for dropout in (0.0, 0.5):
-        cfg = get(pilot.element).resolve("cpu", {**pilot.overrides, "dropout": dropout})
-        out.append(semimeta_unit(cfg.spec("labeled_only", "fashion_mnist", 1000, cfg.seed)))
-    return out
-
-
 PILOTS = {
     "sgr.tab3": Pilot(
         "sgr.tab3",
@@ -118,65 +112,17 @@ PILOTS = {
         "val_error",
         False,
         0.5,
-        _labeled_only_units,
-        _labeled_only_arm,
+        labeled_only_units,
+        labeled_only_arm,
     ),
 }
 
-FITS_GRID: tuple[tuple[float, int, float, float], ...] = (
-    (0.125, 4000, 0.1, 0.0),  # today's scale with SVHN's weaker mixup
-    (0.125, 8000, 1.0, 0.0),  # today's scale, twice the steps
-    (0.25, 8000, 0.1, 0.0),
-    (0.25, 8000, 1.0, 0.0),
-    (0.25, 16000, 1.0, 0.0),
-    (0.5, 16000, 1.0, 0.5),  # the paper's dropout where the width allows it
-)
-"""The meta-gradient fits pilot (issue 47; our grid, in order of cost): (width, steps, mixup γ, dropout) of Conv-Large
-at 1,000 labels, one seed of Table 4's four arms each. At today's `cpu` scale (×0.125, 4,000 steps, γ = 1) the mixup
-arms end at 17-18 % error on their own labeled images, so a loss of the method there may be an arm that cannot fit
-its labels. The answer (`fits_answer`) is the first candidate whose every run fits (`metagrad.validity.FIT_ERROR`)."""
-
-
-def fits_name(width: float, steps: int, gamma: float, dropout: float) -> str:
-    return f"metagrad.fits/w{width:g}-s{steps}-g{gamma:g}-d{dropout:g}"
-
-
-def _variant_arm(spec: dict) -> str:
-    from gradalign.methods.semimeta import VARIANTS
-
-    return VARIANTS[spec["method"]["variant"]][0]
-
-
-def _fits_pilot(width: float, steps: int, gamma: float, dropout: float) -> "Pilot":
-    overrides = {"width": width, "protocol.steps": steps, "method.gamma": gamma, "dropout": dropout, "seeds": 1}
-    question = (
-        f"does every arm of Table 4 fit its labeled images (<= 5 % error) at Conv-Large ×{width:g}, {steps:,} steps, "
-        f"mixup γ = {gamma:g}, dropout {dropout:g}?"
-    )
-    return Pilot("metagrad.tab4", question, overrides, "val_error", False, 0.5, _element_units, _variant_arm)
-
-
-PILOTS |= {fits_name(*candidate): _fits_pilot(*candidate) for candidate in FITS_GRID}
-
-
-def fits_answer() -> dict:
-    """The fits pilot's answer from the committed runs: per candidate (in `FITS_GRID`'s order) each arm's labeled-set
-    error, whether every arm fits, how many runs are committed; and the first candidate whose every run is committed
-    and fits ("none yet" while none does)."""
-    from gradalign.experiments.metagrad.validity import FIT_ERROR
-
-    rows, chosen = [], None
-    for candidate in FITS_GRID:
-        name = fits_name(*candidate)
-        runs = stored(name)
-        errors = {r["arm"]: r.get("labeled_error") for r in runs}
-        done = all(r["done"] for r in runs)
-        fits = done and all(e is not None and e <= FIT_ERROR for e in errors.values())
-        rows.append({"name": name, "candidate": candidate, "errors": errors, "done": sum(r["done"] for r in runs),
-                     "runs": len(runs), "fits": fits})  # fmt: skip
-        chosen = chosen or (name if fits else None)
-    return {"rows": rows, "chosen": chosen or "none yet", "threshold": FIT_ERROR}
-
+PILOTS |= {
+    fits_name(*c): Pilot("metagrad.tab4", fits_question(*c), fits_overrides(*c), "val_error", False, 0.5,
+                         _element_units, variant_arm)
+    for c in FITS_GRID
+}  # fmt: skip
+"""The meta-gradient fits pilot (`metagrad_pilots.FITS_GRID`): the first candidate whose every arm fits its labels."""
 
 RERUNS: dict[str, dict] = {
     # Table 7 at 4 × its cpu budget (sgr.lam7's λ, 10², mean; 30 epochs). VGG-12 gained ~3 points from 15 to 30

@@ -9,6 +9,8 @@ from gradalign.config import Config, require
 from gradalign.store.run_unit import without_defaults
 from gradalign.training.shells import ShellsTrialSettings
 
+STUDY_VERSION = 3  # the trials' run version: 2: test metrics from training.evaluate (float64 loss sums); 3: validation
+# split, diagnostics
 
 STUDY_TRIAL = ShellsTrialSettings(steps=6000, eval_every=250, labeled_weight=3.0)
 """Each study trial's settings, our choice from the tuning on the validation split (`TUNING`, shown on the page):

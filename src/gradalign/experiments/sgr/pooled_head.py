@@ -103,13 +103,13 @@ def committed_comparison(cfg: PooledHeadConfig) -> dict[str, dict]:
     seed; an arm with a run not committed yet has {"committed": k, "of": n}."""
     from gradalign.experiments.rules import decide
     from gradalign.experiments.seed_stats import stats
-    from gradalign.experiments.sgr.budget import half_budget
     from gradalign.experiments.sgr.local_runs import group_units
     from gradalign.store.run_unit import read_entry
     from gradalign.store.store_root import results_root
 
     out = {}
-    for c in (cfg, half_budget(cfg)):
+    half = replace(cfg, protocol=replace(cfg.protocol, epochs=max(1, cfg.protocol.epochs // 2)))
+    for c in (cfg, half):
         arms = {}
         for arm, arm_cfg in arm_configs(c).items():
             entries = [read_entry(results_root() / "runs", u) for u in group_units(arm_cfg, jobs(c))]
