@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from gradalign.models.etf import FixedETFHead
+from gradalign.models.plain_mlp import block_modules
 
 CHANNELS = (16, 32, 32, 64)  # at width 1 (our choice)
 STRIDES = (1, 2, 2, 2)  # our choice: stride-2 convs in place of pooling layers
@@ -85,12 +86,7 @@ class PlainConvNet(nn.Module):
 
 def conv_modules(model: PlainConvNet, K: int) -> nn.ModuleList:
     """K = 1: the whole stack as one module (global BP); K = depth: one block per module."""
-    if K == 1:
-        return nn.ModuleList([nn.Sequential(*model.blocks)])
-    if K != len(model.blocks):
-        depth = len(model.blocks)
-        raise ValueError(f"a conv PlainNet of depth {depth} splits into 1 or {depth} modules, not {K}")
-    return nn.ModuleList(model.blocks)
+    return block_modules(model.blocks, K, "a conv PlainNet")
 
 
 def conv_depth(network: str) -> int | None:

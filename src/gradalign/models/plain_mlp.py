@@ -42,14 +42,19 @@ class PlainMLP(nn.Module):
         return self.head(x)
 
 
+def block_modules(blocks: nn.ModuleList, K: int, name: str) -> nn.ModuleList:
+    """A stack of blocks as K modules: K = 1, the whole stack as one (global BP); K = depth, one block per module.
+    `name` names the network in the error ("a PlainMLP")."""
+    if K == 1:
+        return nn.ModuleList([nn.Sequential(*blocks)])
+    if K != len(blocks):
+        raise ValueError(f"{name} of depth {len(blocks)} splits into 1 or {len(blocks)} modules, not {K}")
+    return nn.ModuleList(blocks)
+
+
 def mlp_modules(model: PlainMLP, K: int) -> nn.ModuleList:
     """K = 1: the whole stack as one module (global BP); K = depth: one block per module."""
-    if K == 1:
-        return nn.ModuleList([nn.Sequential(*model.blocks)])
-    if K != len(model.blocks):
-        depth = len(model.blocks)
-        raise ValueError(f"a PlainMLP of depth {depth} splits into 1 or {depth} modules, not {K}")
-    return nn.ModuleList(model.blocks)
+    return block_modules(model.blocks, K, "a PlainMLP")
 
 
 def parameter_count(depth: int, in_features: int = 784, width: float = 1.0) -> int:

@@ -17,13 +17,12 @@ finished-learning rule is then replaced by that check, as `records.assess` does 
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from gradalign.experiments.base import Experiment
 from gradalign.experiments.rules import per_column, sig
 from gradalign.experiments.sgr.bp_free import BPFreeConfig, table4, table4_checks, table4_unused, table4_units
 from gradalign.experiments.sgr.bp_free_presets import NO_AUGMENTATION, NOTE, PRESETS as MLP_PRESETS, TUNED, WIDE
-from gradalign.experiments.sgr.local_runs import CALIBRATED, local_scale, summary
+from gradalign.experiments.sgr.local_runs import CALIBRATED, half_budget, local_scale, summary  # half: tune_epochs kept
 from gradalign.training.local import RUN_VERSION
 
 NOTEBOOK = "notebooks/sgr/04_bp_free.ipynb"
@@ -33,11 +32,6 @@ PAPER_LINES = (
     "'a 4-layer PlainNet'; Table 4's FA / DRTP / PEPITA rows: Dellaferrera & Kreiman (2022), whose conv network is "
     "conv 3 -> 32 (5 x 5), ReLU, max-pool 2, linear"
 )
-
-
-def half_budget(cfg: BPFreeConfig) -> BPFreeConfig:
-    """`cfg` with half its epochs (at least one); the tuning runs are unchanged (`tune_epochs`)."""
-    return replace(cfg, protocol=replace(cfg.protocol, epochs=max(1, cfg.protocol.epochs // 2)))
 
 
 def _with_values(runs: list[dict]) -> dict:

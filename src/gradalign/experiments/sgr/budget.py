@@ -12,14 +12,9 @@ resumes from its checkpoint); a GPU window trains them after the reruns (`pilots
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from gradalign.experiments.sgr.local_bp import ARMS
-
-
-def half_budget(cfg):
-    """`cfg` with half its epochs (at least one)."""
-    return replace(cfg, protocol=replace(cfg.protocol, epochs=max(1, cfg.protocol.epochs // 2)))
+from gradalign.experiments.sgr.local_runs import half_budget
 
 
 def final(spec) -> float | None:

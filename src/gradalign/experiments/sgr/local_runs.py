@@ -10,7 +10,7 @@ as good as B unless lower by more than 2 standard errors; at least 3 seeds each)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gradalign.config import Config, require
 from gradalign.experiments.seed_stats import stats
@@ -172,6 +172,11 @@ def run_group(cfg: LocalBPConfig, jobs: list[tuple[str, str, int, str]], device)
     for job, seed in progress(todo, desc="local-BP runs"):
         runs.setdefault(job, []).append(local_unit(cfg.spec(*job, seed), device).run())
     return runs
+
+
+def half_budget(cfg):
+    """`cfg` with half its epochs (at least one): the budget check's runs (`sgr.budget`)."""
+    return replace(cfg, protocol=replace(cfg.protocol, epochs=max(1, cfg.protocol.epochs // 2)))
 
 
 def group_units(cfg: LocalBPConfig, jobs: list[tuple[str, str, int, str]]) -> list:

@@ -21,7 +21,7 @@ from gradalign.config import require
 from gradalign.experiments.base import Experiment, never_used, outcome
 from gradalign.experiments.rules import compare
 from gradalign.experiments.sgr.local_bp import TABLE3_CPU, TABLE3_PRESETS, Table3Config
-from gradalign.experiments.sgr.local_runs import curves_of, run_group, scope, summary
+from gradalign.experiments.sgr.local_runs import curves_of, half_budget, run_group, scope, summary
 from gradalign.training.local import RUN_VERSION
 
 NOTEBOOK = "notebooks/sgr/03_memory.ipynb"
@@ -108,8 +108,7 @@ def committed_comparison(cfg: PooledHeadConfig) -> dict[str, dict]:
     from gradalign.store.store_root import results_root
 
     out = {}
-    half = replace(cfg, protocol=replace(cfg.protocol, epochs=max(1, cfg.protocol.epochs // 2)))
-    for c in (cfg, half):
+    for c in (cfg, half_budget(cfg)):
         arms = {}
         for arm, arm_cfg in arm_configs(c).items():
             entries = [read_entry(results_root() / "runs", u) for u in group_units(arm_cfg, jobs(c))]
