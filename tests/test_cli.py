@@ -15,7 +15,7 @@ def test_list_shows_all_46_elements_with_status(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert len(PAPER_ELEMENTS) == 46  # the papers'; our own studies (sgr.lam) come beside them, not counted
-    studies = ["sgr.lam", "sgr.lam7", "sgr.lamfull", "sgr.tab7nobn", "sgr.tab4conv", "sgr.poolhead"]
+    studies = ["lga.tune", "sgr.lam", "sgr.lam7", "sgr.lamfull", "sgr.tab7nobn", "sgr.tab4conv", "sgr.poolhead"]
     assert [e for e in ELEMENTS if is_study(e)] == studies
     for element_id in ELEMENTS:
         assert f"  {element_id} " in out

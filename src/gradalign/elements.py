@@ -42,6 +42,7 @@ lga.fig5 | Figure 5: CIFAR-10 error and test loss vs number of labels | figure |
 lga.fig6 | Figure 6: SVHN error and test loss vs number of labels | figure | reduced; paper preset on SVHN
 lga.fig7 | Figure 7: Fashion-MNIST error and test loss vs number of labels | figure | real data, reduced iterations/seeds
 lga.tab1 | Table 1: error rates, CIFAR-10 4000 labels and SVHN 1000 labels | table | reduced; paper preset
+lga.tune | LGA, supervised training and VAT tuned on validation with one budget of candidates (our study, not in the paper) | study | reduced (Fashion-MNIST, one seed per candidate)
 metagrad.alg1 | Algorithm 1: exact meta-gradient through one SGD step | method | exact
 metagrad.eq7-11 | First-order approximation (Eq. 7-11), finite differences and JVP | derivation + numeric check | exact
 metagrad.alg2 | Algorithm 2: first-order meta-gradient + cross-domain mixup | method | exact

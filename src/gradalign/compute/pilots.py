@@ -239,7 +239,7 @@ CLOSED: dict[str, str] = {
 """Pilots answered before all their runs were trained: the reason, which their page shows; a window does not train
 their remaining runs (`gpu_window.BACKLOG`)."""
 
-OVER_CPU_BUDGET: tuple[str, ...] = ("metagrad.tab2", "sgr.lamfull")
+OVER_CPU_BUDGET: tuple[str, ...] = ("metagrad.tab2", "sgr.lamfull", "lga.tune")
 """Elements whose `cpu` preset is over the two-core budget (about 1.5 hours): a GPU window trains their `cpu` units
 (after `RERUNS`), so that the record is the `cpu` design's, computed on a GPU."""
 

@@ -110,6 +110,12 @@ def _lambda_study_runs(cfg: Config) -> list[Unit]:
     return units(cfg)
 
 
+def _tuning_runs(cfg: Config) -> list[Unit]:
+    from gradalign.experiments.lga.ssl_tuning import tune_units
+
+    return tune_units(cfg)
+
+
 def _siamese_runs(cfg: Config) -> list[Unit]:
     from gradalign.experiments.isoloss.deep_siamese import siamese_units
 
@@ -123,6 +129,7 @@ UNITS: dict[str, Callable[[Config], list[Unit]]] = {
     "lga.fig6": _benchmark_runs,
     "lga.fig7": _benchmark_runs,
     "lga.tab1": _table_runs,
+    "lga.tune": _tuning_runs,
     **{
         element_id: _semimeta_runs(element_id)
         for element_id in ("metagrad.tab4", "metagrad.tab1", "metagrad.fig2", "metagrad.fig3", "metagrad.tab2")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from gradalign.config import Config, require
+from gradalign.config import Config, require, settings_fields
 from gradalign.experiments.seed_stats import stats
 from gradalign.store.run_unit import Unit, without_defaults
 from gradalign.methods.lga_ssl import LGABenchmarkSettings
@@ -42,10 +42,11 @@ class SSLBenchConfig(Config):
     protocol: OliverProtocol = OliverProtocol(steps=1000, eval_every=200)  # cpu: 1,000 steps (Oliver: 500k)
     lga: LGABenchmarkSettings = LGABenchmarkSettings(alpha_w=1e-2)  # alpha_w: our choice for short runs
     fast: FastPath = FastPath()  # bf16 autocast, channels-last, compile (training.fast); the gpu preset sets them
+    tuned: tuple[tuple[str, str, float], ...] = ()  # (method, setting, value) over its settings (`lga.tune`'s choice)
 
     def to_dict(self) -> dict:
-        """`fast` only when a switch is on: records stored before the field existed keep their keys."""
-        return without_defaults(self, super().to_dict(), ("fast",))
+        """`fast` only when a switch is on, `tuned` only when set: records stored before them keep their keys."""
+        return without_defaults(self, super().to_dict(), ("fast", "tuned"))
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
@@ -76,6 +77,11 @@ class SSLBenchConfig(Config):
             "must be 0 or >= the largest label count",
         )
         require(self, "n_test", self.n_test >= 0, "must be >= 0")
+        for method, name, _ in self.tuned:
+            require(self, "tuned", method in METHODS, f"names methods among {tuple(METHODS)}, not {method!r}")
+            known = settings_fields(type(method_settings(replace(self, tuned=()), method, FAMILIES[0])))
+            require(self, "tuned", name in known, f"names {method}'s settings ({', '.join(known)}), not {name!r}")
+            method_settings(self, method, FAMILIES[0])  # a value out of its range: that setting's one-line error
 
 
 def unused_settings(cfg: SSLBenchConfig) -> dict[str, str]:
@@ -164,14 +170,26 @@ def _data(cfg: SSLBenchConfig, dataset: str, n_labeled: int, seed: int, device):
 
 
 def method_settings(cfg: SSLBenchConfig, method: str, family: str):
-    """Oliver et al.'s tuned settings for `family`; LGA's from the config (LGA + VAT: VAT's tuned values)."""
+    """Oliver et al.'s tuned settings for `family`; LGA's from the config (LGA + VAT: VAT's tuned values); then the
+    config's `tuned` values of `method` (a dotted name sets a nested setting: "vat.eps")."""
     from gradalign.training.protocols import oliver_settings
 
     if method == "lga":
-        return cfg.lga
-    if method == "lga_vat":
-        return replace(cfg.lga, vat=oliver_settings("lga_vat", family).vat)
-    return oliver_settings(method, family)
+        settings = cfg.lga
+    elif method == "lga_vat":
+        settings = replace(cfg.lga, vat=oliver_settings("lga_vat", family).vat)
+    else:
+        settings = oliver_settings(method, family)
+    for m, name, value in cfg.tuned:
+        if m == method:
+            settings = _set(settings, name, value)
+    return settings
+
+
+def _set(settings, name: str, value: float):
+    """`settings` with its (dotted) setting `name` at `value`, checked as any settings are."""
+    head, _, rest = name.partition(".")
+    return replace(settings, **{head: _set(getattr(settings, head), rest, value) if rest else value})
 
 
 def run_unit(

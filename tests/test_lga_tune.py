@@ -1,0 +1,174 @@
+"""LGA tuned as the paper did (`lga.tune`): the candidate list (deterministic, candidate 0 the current setting, inside
+its ranges), the choice on validation, the fairness summary and the claim each fed a failing case, bad settings
+refused before any compute, the follow-on rerun's overrides, the view with no run committed, and the sizing."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from gradalign.cli import main
+from gradalign.errors import ConfigError
+from gradalign.experiments import get
+from gradalign.experiments.lga.ssl_runs import method_settings
+from gradalign.experiments.lga.ssl_tuning import (
+    SPACES,
+    candidate_values,
+    candidates,
+    choose,
+    cpu_config,
+    fairness,
+    rerun_items,
+    rerun_overrides,
+    tune_checks,
+    tuning_view,
+)
+from gradalign.experiments.units import units_of
+from gradalign.methods.lga import ConstantWeight
+from gradalign.methods.lga_ssl import LGABenchmarkSettings, lga_settings
+
+
+def test_the_candidate_list_is_deterministic_and_the_same_length_for_every_method():
+    cfg = cpu_config()
+    first = {m: candidates(cfg, m) for m in cfg.methods}
+    assert first == {m: candidates(cfg, m) for m in cfg.methods}
+    assert {len(c) for c in first.values()} == {cfg.candidates} == {8}
+    assert candidates(replace(cfg, search_seed=1), "lga") != first["lga"]  # the seed draws the list
+    assert len({c for c in first["lga"]}) == cfg.candidates  # no draw repeats another
+
+
+def test_candidate_0_is_the_current_setting_and_figure_7s_run():
+    cfg = cpu_config()
+    assert candidate_values(cfg, "supervised", ()) == {"lr": 3e-3}
+    assert candidate_values(cfg, "vat", ()) == {"lr": 3e-3, "eps": 6.0, "weight": 0.3}
+    assert candidate_values(cfg, "lga", ()) == {
+        "lr": 1e-3,
+        "alpha_w": 1e-2,
+        "eps_norm": 1e-3,
+        "labeled_weight": 1.0,
+        "grad_ema_decay": 0.9,
+        "norm_ema_decay": 0.999,
+    }
+    tune = units_of("lga.tune", cfg)
+    fig7 = {u.key for u in units_of("lga.fig7", get("lga.fig7").resolve("cpu"))}
+    shared = [u for u in tune if u.key in fig7]
+    assert len(tune) == 3 * 8 * 2 and len(shared) == 3 * 2  # candidate 0 of each method at each label count
+
+
+def test_every_drawn_value_lies_in_its_range():
+    cfg = cpu_config()
+    for method, space in SPACES.items():
+        for changes in candidates(cfg, method)[1:]:
+            values = candidate_values(cfg, method, changes)
+            assert set(values) == set(space)
+            for name, (low, high, _) in space.items():
+                assert low <= values[name] <= high, (method, name, values[name])
+
+
+def test_the_searched_lga_settings_reach_algorithm_1_and_keep_the_old_run_keys():
+    s = lga_settings(LGABenchmarkSettings(labeled_weight=2.0, grad_ema_decay=0.8, norm_ema_decay=0.99))
+    assert isinstance(s.labeled_weight, ConstantWeight) and s.labeled_weight.c == 2.0
+    assert (s.grad_ema_decay, s.norm_ema_decay) == (0.8, 0.99)
+    assert set(LGABenchmarkSettings().to_dict()) == {"lr", "alpha_w", "eps_norm", "vat"}  # defaults: as before
+    assert LGABenchmarkSettings(labeled_weight=2.0).to_dict()["labeled_weight"] == 2.0
+
+
+def test_the_choice_takes_the_best_validation_accuracy_the_earlier_on_a_tie_and_none_until_all_are_trained():
+    assert choose([80.0, 81.5, 79.0]) == 1
+    assert choose([80.0, 81.5, 81.5]) == 1
+    assert choose([81.5, 81.5]) == 0
+    assert choose([80.0, None, 99.0]) is None
+    assert choose([]) is None
+
+
+def test_fairness_compares_the_gains_from_tuning():
+    val = {
+        "supervised": {"250": [70.0, 71.0]},
+        "vat": {"250": [72.0, 72.5]},
+        "lga": {"250": [69.0, 73.0]},
+    }
+    out = fairness(val)["250"]
+    assert out["gains"] == {"supervised": 1.0, "vat": 0.5, "lga": 4.0} and out["lga_gains_most"] is True
+    val["vat"]["250"] = [72.0, 77.0]
+    assert fairness(val)["250"]["lga_gains_most"] is False
+    val["lga"]["250"] = [69.0, None]
+    assert fairness(val)["250"]["lga_gains_most"] == "not trained"
+
+
+def test_tune_checks_pass_on_a_win_at_every_label_count_and_fail_on_a_loss_at_one():
+    win = {"lga": {"250": 75.0, "4000": 88.0}, "supervised": {"250": 74.0, "4000": 87.5}}
+    name = "tuned_lga_beats_tuned_supervised_validation"
+    assert tune_checks(win, (250, 4000))[name]["passed"]
+    loss = {**win, "supervised": {"250": 74.0, "4000": 88.0}}  # a tie is not a win
+    assert not tune_checks(loss, (250, 4000))[name]["passed"]
+
+
+@pytest.mark.parametrize(
+    "setting, fragment",
+    [
+        ("seeds=2", "seeds"),
+        ("candidates=1", "candidates"),
+        ("methods=[vat,lga]", "methods"),
+        ("families=[cifar,svhn]", "families"),
+        ("tuned=[[lga,alpha_w,0.1]]", "tuned"),
+    ],
+)
+def test_bad_study_settings_are_refused_in_one_line_before_any_compute(no_compute, capsys, setting, fragment):
+    code = main(["run", "lga.tune", "--preset", "smoke", "--set", setting])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.splitlines()) == 1 and fragment in err, err
+
+
+def test_a_tuned_value_of_an_unknown_setting_or_method_is_refused():
+    with pytest.raises(ConfigError, match="tuned"):
+        get("lga.fig7").resolve("smoke", {"tuned": [["lga", "nope", 1.0]]})
+    with pytest.raises(ConfigError, match="tuned"):
+        get("lga.fig7").resolve("smoke", {"tuned": [["sgd", "lr", 1.0]]})
+    with pytest.raises(ConfigError, match="lr"):
+        get("lga.fig7").resolve("smoke", {"tuned": [["vat", "lr", -1.0]]})
+
+
+def test_the_rerun_trains_figure_7_at_the_chosen_settings_at_b_and_b_over_2():
+    chosen = {
+        "supervised": {"lr": 2e-3},
+        "vat": {"lr": 4e-3, "eps": 2.0, "weight": 0.5},
+        "lga": {
+            "lr": 5e-4,
+            "alpha_w": 3e-2,
+            "eps_norm": 1e-5,
+            "labeled_weight": 2.0,
+            "grad_ema_decay": 0.95,
+            "norm_ema_decay": 0.99,
+        },
+    }
+    full, half = rerun_items(chosen)
+    assert full == ("lga.fig7", "cpu", rerun_overrides(chosen)) and half[2]["protocol.steps"] == 3000
+    cfg = get("lga.fig7").resolve("cpu", full[2])
+    assert cfg.seeds == 3 and cfg.methods == ("supervised", "vat", "lga", "lga_vat")
+    for family in cfg.families:  # both families train the same settings: the tuned ε replaces each family's
+        assert method_settings(cfg, "supervised", family).lr == 2e-3
+        vat = method_settings(cfg, "vat", family)
+        assert (vat.lr, vat.eps, vat.weight) == (4e-3, 2.0, 0.5)
+        for method in ("lga", "lga_vat"):
+            s = method_settings(cfg, method, family)
+            assert {k: getattr(s, k) for k in chosen["lga"]} == chosen["lga"]
+        both = method_settings(cfg, "lga_vat", family).vat
+        assert (both.eps, both.weight, both.lr) == (2.0, 0.5, 3e-3)  # VAT's ε and weight; its lr is LGA's α_θ's
+    assert len(units_of("lga.fig7", cfg)) == 4 * 3 * 3  # one family's runs: the tuned settings are the same
+
+
+def test_the_view_works_with_no_run_committed(tmp_path):
+    view = tuning_view(tmp_path)
+    assert len(view) == 3 * 8 and set(view["method"]) == {"Supervised", "VAT", "LGA"}
+    assert (view["validation accuracy, 250 labels (%)"] == "not trained").all()
+    assert not (view["chosen at 4,000"] == "yes").any()
+    assert view.attrs["answer"].startswith("Not answered yet: 0 of 48")
+
+
+def test_the_cost_counts_every_uncommitted_run_and_is_unknown_without_stored_times(tmp_path):
+    from gradalign.compute.tune_cost import tune_cost
+
+    cost = tune_cost(tmp_path)
+    assert cost["search"] == {"runs": 48, "cpu_hours": None, "gpu_hours": None}
+    assert cost["rerun"]["runs"] == 2 * 4 * 3 * 3
