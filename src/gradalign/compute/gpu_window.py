@@ -43,6 +43,7 @@ from gradalign.store.atomic import content_digest, read_json_strict, write_json_
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
+from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 from gradalign.compute.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued, runs_only
 from gradalign.compute.window_pool import unit_row
 from gradalign.compute.gpu_import import (
@@ -63,6 +64,7 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
     + queued()
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
     + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
+    + DEEP_SEEDS
     + tuple(
         (element_id, "gpu", {})
         for element_id in (
@@ -87,8 +89,9 @@ budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales
 that the pilots chose (`pilots.RERUNS`) and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in
 `pilots.QUEUE`'s order, then
 the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
-then the `gpu` presets (Table 7 without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after
-it; the meta-gradient Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
+then SGR's VGG-57 at 5 seeds in both readings (`experiments.sgr.deep_seeds`), then the `gpu` presets (Table 7
+without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after it; the meta-gradient
+Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
 
