@@ -62,3 +62,14 @@ def test_the_view_has_a_row_per_reading_and_seed():
     frame, text = seeds_view("cpu")
     assert len(frame) == 2 * SEEDS and list(frame["seed"])[:SEEDS] == list(range(SEEDS))
     assert "with BN" in text and "without BN" in text
+
+
+def test_the_backlog_trains_the_seeds_without_a_record_that_would_shadow_table_7():
+    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.pilots import RERUNS, purpose, runs_only
+
+    for item in BACKLOG_ITEMS:
+        assert item in BACKLOG and runs_only(*item)
+        assert purpose(*item) == "SGR at VGG-57 at 5 seeds: which seeds leave chance"
+    assert not runs_only("sgr.tab7", "cpu", {})  # failing case: Table 7's own preset makes its record
+    assert purpose("sgr.tab7", "cpu", RERUNS["sgr.tab7"]) == "rerun at the scale its pilots chose"

@@ -31,6 +31,7 @@ from gradalign.compute.metagrad_pilots import (
 from gradalign.experiments.lga.ssl_benchmark import CPU as LGA_SSL_CPU
 from gradalign.experiments.claim_budget import is_half_budget
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
+from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 from gradalign.experiments.sgr.local_runs import CALIBRATED
 from gradalign.experiments.rules import run_finished
 
@@ -180,10 +181,11 @@ def is_budget_check(element_id: str, preset: str, overrides: dict) -> bool:
 
 def runs_only(element_id: str, preset: str, overrides: dict) -> bool:
     """Whether a backlog item's runs are trained and committed with no record assembled from them: a pilot's, a
-    budget check's (`claim_budget.is_half_budget` too) or a mechanism control's (`lga.validity.CONTROL`)."""
+    budget check's (`claim_budget.is_half_budget` too), a mechanism control's (`lga.validity.CONTROL`) or the seeds
+    of SGR at VGG-57 (`experiments.sgr.deep_seeds`, which reads them; a record there would shadow Table 7's)."""
     item = (element_id, preset, overrides)
     control = preset == "cpu" and element_id in CONTROLLED and overrides == CONTROL
-    return control or is_half_budget(*item) or is_pilot(*item) or is_budget_check(*item)
+    return control or is_half_budget(*item) or is_pilot(*item) or is_budget_check(*item) or item in DEEP_SEEDS
 
 
 def purpose(element_id: str, preset: str, overrides: dict) -> str:
@@ -196,7 +198,8 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
         (is_pilot(element_id, preset, overrides), "pilot over the CPU budget"),
         (overrides == CONTROL, "mechanism control: the LGA runs with α_w = 0"),
         (element_id in RUNS_LOST, "cpu runs lost with a machine's cache"),
-        (element_id in RERUNS, "rerun at the scale its pilots chose"),
+        ((element_id, preset, overrides) in DEEP_SEEDS, "SGR at VGG-57 at 5 seeds: which seeds leave chance"),
+        (RERUNS.get(element_id) == overrides, "rerun at the scale its pilots chose"),
     ):
         if applies:
             return what
@@ -226,18 +229,15 @@ def queued() -> tuple[tuple[str, str, dict], ...]:
 
 
 RUNS_LOST: tuple[str, ...] = ("sgr.tab4", "sgr.fig2", "sgr.fig3", "sgr.fig4")
-"""Elements whose `cpu` runs were trained on a machine whose run cache is gone, so that their records went stale with
-most of their runs not committed (Table 4: 47 of 168 when the first window trained the rest; Figures 2-4 read a
-subset of its runs). First in a GPU window's backlog: their units are MLP runs of seconds there (10 to 45 s with ten
-workers on an H100), against about 4 hours of one thread here. A sweep trains every rate of the grids; a record reads
-only the tuned ones, so the record can be current while some of these units are left."""
+"""Elements whose `cpu` runs were trained on a machine whose run cache is gone (Table 4: 47 of 168 committed when the
+first window trained the rest; Figures 2-4 read a subset). First in a window's backlog: MLP runs of 10 to 45 s there
+(ten workers, an H100), 4 hours of one thread here. A record reads only the tuned rates of the grids a sweep trains."""
 
 CLOSED: dict[str, str] = {
     "sgr.tab7": "Closed before these runs: at λ = 10³ SGR did not learn on VGG-12 (chance from its second epoch), so "
     "Table 7's rerun is at the λ of sgr.lam7 (10²), and these λ = 10³ runs are not trained.",
 }
-"""Pilots answered before all their runs were trained: the reason, which their page shows; a window does not train
-their remaining runs (`gpu_window.BACKLOG`)."""
+"""Pilots answered before all their runs were trained: the reason (on their page); a window trains no more of them."""
 
 OVER_CPU_BUDGET: tuple[str, ...] = ("metagrad.tab2", "sgr.lamfull", "lga.tune")
 """Elements whose `cpu` preset is over the two-core budget (about 1.5 hours): a GPU window trains their `cpu` units
