@@ -1,0 +1,74 @@
+"""Legacy dirty run entries (`compute.legacy_dirty`): which are still dirty, and retraining that never leaves a hole."""
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from gradalign.compute import legacy_dirty
+
+
+def _entry(runs, kind, key, commit, device="cpu"):
+    path = runs / kind / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"provenance": {"git_commit": commit, "device": device, "wall_time_s": 3600.0}}))
+    return path
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    runs = tmp_path / "runs"
+    units = [SimpleNamespace(kind="k", key=key, label=f"run {key}") for key in ("a", "b", "c", "d")]
+    _entry(runs, "k", "a", "abc+dirty")  # listed, still dirty: legacy
+    _entry(runs, "k", "b", "abc")  # listed, trained again already: not legacy
+    _entry(runs, "k", "c", "abc+dirty")  # dirty but not listed: not this module's (the clean-tree test's)
+    _entry(runs, "k", "d", "abc+dirty", device="cuda")  # listed, dirty, on a GPU: legacy, not retrained here
+    monkeypatch.setattr(legacy_dirty, "element_units", lambda element_id: units)
+    return runs, {"k/a", "k/b", "k/d"}
+
+
+def test_the_list_is_read_without_comments(tmp_path):
+    path = tmp_path / "list.txt"
+    path.write_text("# a comment\nk/a.json\n\nk/b.json\n")
+    assert legacy_dirty.listed(path) == {"k/a", "k/b"}
+    assert len(legacy_dirty.listed()) > 0  # the repository's own list parses
+
+
+def test_only_listed_entries_that_still_name_a_dirty_commit_are_legacy(store):
+    runs, names = store
+    assert [u.key for u, _ in legacy_dirty.legacy_of("x", runs, names)] == ["a", "d"]
+    assert legacy_dirty.summary("x", runs, names) == "x: 1 cpu (1.00 h), 1 cuda (1.00 h)"
+
+
+def test_retraining_replaces_cpu_entries_and_a_stopped_run_keeps_the_old_one(store, tmp_path, monkeypatch):
+    runs, names = store
+    trained = []
+
+    def clean(unit, cache, threads, committed):
+        trained.append(unit.key)
+        _entry(runs, unit.kind, unit.key, "def")
+
+    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", clean)
+    assert legacy_dirty.retrain("x", runs, names, tmp_path / "cache", echo=lambda _: None) == 1
+    assert trained == ["a"] and json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "def"
+
+    _entry(runs, "k", "a", "abc+dirty")
+
+    def stopped(unit, cache, threads, committed):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        legacy_dirty.retrain("x", runs, names, tmp_path / "cache", echo=lambda _: None)
+    assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"
+
+
+def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        legacy_dirty.main(["lga.fig99"])
+    assert "unknown or unit-less element" in capsys.readouterr().err
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "old").write_text("")
+    with pytest.raises(SystemExit):
+        legacy_dirty.main(["lga.fig3", "--train", "--cache", str(tmp_path / "cache")])
+    assert "is not empty" in capsys.readouterr().err
