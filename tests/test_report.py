@@ -352,7 +352,7 @@ def test_each_precondition_kind_in_words():
         "2 arms checked; gain from half the budget to the full one: Fashion-MNIST/sgr +2.92; "
         "Fashion-MNIST/layerwise +3.5"
     )
-    assert format_value({"arms_checked": 6, "gain_from_half": {}}, page=False) == "6 arms checked"  # gains not known
+    assert format_value({"arms_checked": 6, "gain_from_half": {}}, page=False) == "6 runs at both budgets"  # assess
     nested = {"fashion_mnist/plainnet32": {"layer-wise": 0.000798, "ratio": 0.21, "sgr": 0.000167}}
     assert format_value(nested, page=False) == (
         "Fashion-MNIST/plainnet32: (layer-wise: 7.98×10⁻⁴; ratio: 0.21; sgr: 1.67×10⁻⁴)"
