@@ -38,3 +38,27 @@ def test_the_rows_read_seed_0_of_the_record_and_of_the_pilot():
     assert rows[0]["untrained network, better BN reading (%)"] == 74.0 and text.startswith("yes")
     rows, text = pilot_rows(record, {**entries, "L/ema": None})
     assert rows[0]["probe at 48 epochs (%)"] is None and text.startswith("not answered")
+
+
+def test_a_diverged_arm_answers_no_and_an_edited_record_of_it_is_refused(tmp_path):
+    import json
+
+    import pytest
+
+    from gradalign.experiments.isoloss import budget_pilot
+    from gradalign.store.atomic import StoredJSONError, content_digest, write_json_atomically
+
+    assert answer({a: 80.0 for a in ARMS}, 78.0, 70.0, ["iso/no_ema"]).startswith(
+        "no: at 48 epochs iso/no_ema diverged"
+    )
+    assert budget_pilot.diverged(tmp_path) == {}
+    document = {"runs": {"iso/no_ema": {"why": "siamese iso no EMA diverged at step 646: readout_test_acc = 0.17"}}}
+    path = tmp_path / budget_pilot.DIVERGED
+    path.parent.mkdir(parents=True)
+    write_json_atomically(path, {**document, "digest": content_digest(document)})
+    assert budget_pilot.diverged(tmp_path)["iso/no_ema"]["why"].endswith("0.17")
+    edited = json.loads(path.read_text())
+    edited["runs"]["iso/no_ema"]["why"] = "fine"
+    path.write_text(json.dumps(edited))
+    with pytest.raises(StoredJSONError, match="digest"):
+        budget_pilot.diverged(tmp_path)
