@@ -55,7 +55,7 @@ def train(device="cpu", echo=print) -> None:
                 unit.run()
             echo(f"ok   {unit.label}")
         except DivergenceError as err:
-            done[arm] = {"why": str(err).split(";")[0], "git_commit": git_commit(), "hardware": hardware(device)}
+            done[arm] = {"why": str(err).rsplit("; ", 1)[0], "git_commit": git_commit(), "hardware": hardware(device)}
             document = {"runs": done}
             write_json_atomically(results_root() / DIVERGED, {**document, "digest": content_digest(document)})
             echo(f"diverged: {done[arm]['why']}")
