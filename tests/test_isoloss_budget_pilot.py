@@ -48,8 +48,10 @@ def test_a_diverged_arm_answers_no_and_an_edited_record_of_it_is_refused(tmp_pat
     from gradalign.experiments.isoloss import budget_pilot
     from gradalign.store.atomic import StoredJSONError, content_digest, write_json_atomically
 
-    assert answer({a: 80.0 for a in ARMS}, 78.0, 70.0, ["iso/no_ema"]).startswith(
-        "no: at 48 epochs iso/no_ema diverged"
+    probes = {**{a: 80.0 for a in ARMS}, "L/no_ema": 63.6}
+    assert answer(probes, 78.0, 70.0, ["iso/no_ema"]) == (
+        "no: at 48 epochs iso/no_ema diverged (the divergence rule stopped it), and 1 of the 3 other trained arms "
+        "are not above both trivial rows"
     )
     assert budget_pilot.diverged(tmp_path) == {}
     document = {"runs": {"iso/no_ema": {"why": "siamese iso no EMA diverged at step 646: readout_test_acc = 0.17"}}}

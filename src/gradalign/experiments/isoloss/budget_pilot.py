@@ -73,7 +73,12 @@ def answer(probes: dict[str, float | None], raw_pixels: float, untrained: float,
     """In words: whether every arm's probe (None: not trained; an arm in `failed`: diverged) is above both trivial
     rows; a diverged arm answers no."""
     if failed:
-        return f"no: at {EPOCHS} epochs {', '.join(failed)} diverged (the divergence rule stopped it)"
+        rest = [a for a in ARMS if a not in failed and probes.get(a) is not None]
+        below = [a for a in rest if probes[a] <= max(raw_pixels, untrained)]
+        return (
+            f"no: at {EPOCHS} epochs {', '.join(failed)} diverged (the divergence rule stopped it), and "
+            f"{len(below)} of the {len(rest)} other trained arms are not above both trivial rows"
+        )
     missing = [a for a in ARMS if probes.get(a) is None]
     if missing:
         return f"not answered yet: {len(ARMS) - len(missing)} of {len(ARMS)} runs trained"
@@ -116,13 +121,14 @@ def pilot_view(record: dict):
 
     units = pilot_units("cpu")
     entries = {arm: read_entry(results_root() / "runs", u) for arm, u in zip(ARMS, units)}
-    failed = {arm: f"diverged: {d['why'].split(' diverged at ')[-1]}" for arm, d in diverged().items()}
+    stopped = diverged()
+    failed = {arm: "diverged at " + d["why"].split(" diverged at ")[-1].split(":")[0] for arm, d in stopped.items()}
     rows, text = pilot_rows(record, entries, failed)
     for row in rows:
         row["arm"] = TITLES.get(row["arm"], row["arm"])
     frame = pd.DataFrame(rows).set_index("arm")
-    for arm in failed:
-        text = text.replace(arm, TITLES[arm])
+    for arm, d in stopped.items():
+        text = text.replace(arm, TITLES[arm]) + f"; {d['why']} ({d['hardware']}, commit {d['git_commit'][:7]})"
     return frame.map(lambda v: "not trained" if v is None else v if isinstance(v, str) else f"{v:.2f}"), text
 
 
