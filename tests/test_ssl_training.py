@@ -106,6 +106,7 @@ def expected_settings(method: str, family: str) -> dict:
     eps = 6.0 if family == "cifar" else 1.0
     vat = {"lr": 3e-3, "weight": 0.3, "eps": eps, "xi": 1e-6, "entmin": 0.0}
     lga = {"lr": 1e-3, "alpha_w": 1e-3, "eps_norm": 1e-3}  # Figure 1's α_θ = α_w = ε_norm = 1e-3
+    lga |= {"labeled_weight": 1.0, "grad_ema_decay": 0.9, "norm_ema_decay": 0.999}  # T(i) and the EMA decays: ours
     return {
         "supervised": {"lr": 3e-3},
         "pseudo_label": {"lr": 3e-4, "weight": 1.0, "threshold": 0.95},

@@ -275,7 +275,7 @@ def tuning_view(root=None):
         for row in cands:
             entry = {"method": TITLES[method], "candidate": row["candidate"]}
             names = {**SYMBOLS, "lr": "α_θ" if method == "lga" else "lr"}
-            entry["settings"] = ", ".join(f"{names[k]} {v:.6g}" for k, v in row["settings"].items())
+            entry["settings"] = ", ".join(f"{names[k]} {_short(v)}" for k, v in row["settings"].items())
             for n, acc in row["val_acc"].items():
                 entry[f"validation accuracy, {int(n):,} labels (%)"] = "not trained" if acc is None else f"{acc:.2f}"
                 pick = chosen[method][n]
@@ -284,6 +284,11 @@ def tuning_view(root=None):
     frame = pd.DataFrame(table)
     frame.attrs["answer"] = _answer(cfg, val_acc)
     return frame
+
+
+def _short(value: float) -> str:
+    """A drawn value for the page: 3 significant figures, in powers of ten below 0.01 (no long decimal runs)."""
+    return f"{value:.2e}" if value and abs(value) < 1e-2 else f"{value:.3g}"
 
 
 def _answer(cfg: TuneConfig, val_acc: dict) -> str:
