@@ -1,66 +1,107 @@
-"""IsoLoss Table 1's budget pilot (`experiments.isoloss.budget_pilot`): its runs are Table 1's units at 48 epochs,
-and its answer says yes only when every arm is above both trivial rows."""
+"""IsoLoss Table 1's budget pilot (`experiments.isoloss.budget_pilot`): its runs are Table 1's units at each
+candidate's overrides, and its answer says yes only when every arm is above both trivial rows on the same images."""
 
-from gradalign.experiments.isoloss.budget_pilot import ARMS, EPOCHS, answer, pilot_rows, pilot_units
+import pytest
+
+from gradalign.experiments.isoloss.budget_pilot import ARMS, CANDIDATES, answer, pilot_columns, pilot_units
+
+EPOCHS_48, ALL_IMAGES = CANDIDATES
 
 
 def test_the_answer_needs_every_arm_above_both_trivial_rows():
     above = {a: 80.0 for a in ARMS}
-    assert answer(above, 78.18, 72.96).startswith("yes")
-    assert answer({**above, "L/no_ema": 78.0}, 78.18, 72.96).startswith("no: at 48 epochs 1 of 4")  # below pixels
+    assert answer(above, 78.18, 72.96).startswith("yes: with 48 epochs, 5,000 images")
+    assert answer({**above, "L/no_ema": 78.0}, 78.18, 72.96).startswith("no: with 48 epochs, 5,000 images, 1 of 4")
     assert answer({**above, "iso/ema": 79.0}, 70.0, 79.5).startswith("no")  # below the untrained network
-    assert answer({**above, "iso/ema": None}, 78.18, 72.96) == "not answered yet: 3 of 4 runs trained"
+    assert answer({**above, "iso/ema": None}, 78.18, 72.96, at="x") == "not answered yet with x: 3 of 4 runs trained"
 
 
-def test_the_pilot_s_runs_are_table_1_s_units_at_its_budget():
+@pytest.mark.parametrize("candidate", CANDIDATES, ids=lambda c: c.name)
+def test_each_candidate_s_runs_are_table_1_s_units_at_its_overrides(candidate):
     from gradalign.experiments import get
     from gradalign.experiments.isoloss.deep_siamese import siamese_units
 
-    units = pilot_units("cpu")
+    units = pilot_units("cpu", candidate)
     assert len(units) == len(ARMS) and all("(seed 0)" in u.label for u in units)
-    assert all(u.spec["settings"]["epochs"] == EPOCHS for u in units)
     cpu = {u.key for u in siamese_units(get("isoloss.tab1").resolve("cpu", {}), "cpu")}
-    assert not {u.key for u in units} & cpu  # other runs than the cpu preset's 16-epoch ones
+    assert not {u.key for u in units} & cpu  # other runs than the cpu preset's 16-epoch ones on 5,000 images
 
 
-def test_the_rows_read_seed_0_of_the_record_and_of_the_pilot():
-    record = {
-        "config": {"datasets": ["fashion_mnist"], "epochs": [16]},
-        "metrics": {
-            "trivial": {"fashion_mnist": {"raw_pixels": [78.0, 78.0], "random_init": [70.0, 71.0],
-                                          "random_init_data_bn": [74.0, 60.0]}},
-            **{f"fashion_mnist/{a}": {"probe": [60.0 + i, 0.0]} for i, a in enumerate(ARMS)},
-        },
-    }  # fmt: skip
+def test_the_candidates_change_only_their_budget():
+    assert all(u.spec["settings"]["epochs"] == 48 and u.spec["train_subset"] == 5000 for u in pilot_units("cpu"))
+    assert all(
+        u.spec["settings"]["epochs"] == 16 and u.spec["train_subset"] == 0 for u in pilot_units("cpu", ALL_IMAGES)
+    )
+    assert not EPOCHS_48.own_images and ALL_IMAGES.own_images  # all images: the probe is fit on other images
+
+
+RECORD = {
+    "config": {"datasets": ["fashion_mnist"], "epochs": [16], "train_subset": 5000},
+    "metrics": {
+        "trivial": {"fashion_mnist": {"raw_pixels": [78.0, 78.0], "random_init": [70.0, 71.0],
+                                      "random_init_data_bn": [74.0, 60.0]}},
+        **{f"fashion_mnist/{a}": {"probe": [60.0 + i, 0.0]} for i, a in enumerate(ARMS)},
+    },
+}  # fmt: skip
+
+
+def test_the_columns_read_seed_0_of_the_record_and_of_each_candidate():
     entries = {a: {"value": {"probe_test_acc": 0.79}} for a in ARMS}
-    rows, text = pilot_rows(record, entries)
-    assert [r["probe at 16 epochs (%)"] for r in rows] == [60.0, 61.0, 62.0, 63.0]
-    assert rows[0]["untrained network, better BN reading (%)"] == 74.0 and text.startswith("yes")
-    rows, text = pilot_rows(record, {**entries, "L/ema": None})
-    assert rows[0]["probe at 48 epochs (%)"] is None and text.startswith("not answered")
+    stored = {"rows": {"raw_pixels": [84.0], "random_init": [75.0], "random_init_data_bn": [80.0]}}
+    columns, answers = pilot_columns(RECORD, [(EPOCHS_48, entries, {}, None), (ALL_IMAGES, entries, {}, stored)])
+    record, first, second = columns.values()
+    assert [record[a] for a in ARMS] == [60.0, 61.0, 62.0, 63.0] and record["raw pixels"] == 78.0
+    assert first["untrained network, better BN reading"] == 74.0  # the record's rows: the same images
+    assert second["raw pixels"] == 84.0 and second["untrained network, better BN reading"] == 80.0
+    assert answers[0].startswith("yes") and answers[1].startswith("no: with 16 epochs, all 60,000 images, 4 of 4")
 
 
-def test_a_diverged_arm_answers_no_and_an_edited_record_of_it_is_refused(tmp_path):
+def test_a_candidate_on_its_own_images_is_not_answered_without_its_trivial_rows():
+    entries = {a: {"value": {"probe_test_acc": 0.99}} for a in ARMS}
+    columns, answers = pilot_columns(RECORD, [(ALL_IMAGES, entries, {}, None)])
+    assert columns[ALL_IMAGES.name]["raw pixels"] == "not computed"
+    assert answers == [
+        "not answered yet with 16 epochs, all 60,000 images: the trivial rows on its images are not computed"
+    ]
+    _, answers = pilot_columns(RECORD, [(EPOCHS_48, {**entries, "L/ema": None}, {}, None)])
+    assert answers[0].startswith("not answered yet")
+
+
+@pytest.mark.parametrize("candidate", CANDIDATES, ids=lambda c: c.name)
+def test_a_diverged_arm_answers_no_and_an_edited_record_of_it_is_refused(tmp_path, candidate):
     import json
-
-    import pytest
 
     from gradalign.experiments.isoloss import budget_pilot
     from gradalign.store.atomic import StoredJSONError, content_digest, write_json_atomically
 
     probes = {**{a: 80.0 for a in ARMS}, "L/no_ema": 63.6}
     assert answer(probes, 78.0, 70.0, ["iso/no_ema"]) == (
-        "no: at 48 epochs iso/no_ema diverged (the divergence rule stopped it), and 1 of the 3 other trained arms "
-        "are not above both trivial rows"
+        "no: with 48 epochs, 5,000 images, iso/no_ema diverged (the divergence rule stopped it), and 1 of the 3 "
+        "other trained arms are not above both trivial rows"
     )
-    assert budget_pilot.diverged(tmp_path) == {}
+    assert budget_pilot.diverged(tmp_path, candidate) == {}
     document = {"runs": {"iso/no_ema": {"why": "siamese iso no EMA diverged at step 646: readout_test_acc = 0.17"}}}
-    path = tmp_path / budget_pilot.DIVERGED
+    path = tmp_path / candidate.folder / "diverged.json"
     path.parent.mkdir(parents=True)
     write_json_atomically(path, {**document, "digest": content_digest(document)})
-    assert budget_pilot.diverged(tmp_path)["iso/no_ema"]["why"].endswith("0.17")
+    assert budget_pilot.diverged(tmp_path, candidate)["iso/no_ema"]["why"].endswith("0.17")
     edited = json.loads(path.read_text())
     edited["runs"]["iso/no_ema"]["why"] = "fine"
     path.write_text(json.dumps(edited))
     with pytest.raises(StoredJSONError, match="digest"):
-        budget_pilot.diverged(tmp_path)
+        budget_pilot.diverged(tmp_path, candidate)
+
+
+def test_stored_trivial_rows_cut_short_are_refused(tmp_path):
+    from gradalign.experiments.isoloss.budget_pilot import stored_trivial
+    from gradalign.store.atomic import StoredJSONError, content_digest, write_json_atomically
+
+    assert stored_trivial(tmp_path) is None
+    document = {"rows": {"raw_pixels": [84.0], "random_init": [75.0], "random_init_data_bn": [80.0]}}
+    path = tmp_path / ALL_IMAGES.folder / "trivial.json"
+    path.parent.mkdir(parents=True)
+    write_json_atomically(path, {**document, "digest": content_digest(document)})
+    assert stored_trivial(tmp_path)["rows"]["raw_pixels"] == [84.0]
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(StoredJSONError):
+        stored_trivial(tmp_path)

@@ -2,134 +2,205 @@
 notebook isoloss/03)
 
 Table 1's `cpu` record is inconclusive because no self-supervised arm's probe beats raw pixels' (78.2 %): 16 epochs of
-5,000 images are about 300 SGD steps. Before a rerun's seeds are trained, this pilot asks whether a longer budget is
-enough: seed 0 of each arm, trained on the `cpu` preset's images at `EPOCHS` epochs (the `gpu` preset's budget, our
-candidate), everything else unchanged. Its probes are compared with seed 0's trivial rows in the `cpu` record: the
-same images, the same probe and the same initial network (`trivial_rows`). The answer (ours): every arm's probe above
-both raw pixels and the better of the two untrained-network rows.
+5,000 images are about 300 SGD steps. Before a rerun's seeds are trained, this pilot tries longer budgets, one
+`Candidate` at a time (ours): seed 0 of each arm at `isoloss.tab1`'s `cpu` preset with the candidate's overrides,
+everything else unchanged. Its probes are compared with seed 0's trivial rows on the same images, through the same
+probe and from the same initial network (`trivial_rows`). The answer (ours): every arm's probe above both raw pixels
+and the better of the two untrained-network rows.
 
-The pilot's runs train here (`python -m gradalign.experiments.isoloss.budget_pilot`: `isoloss.tab1`'s units at the
-overrides `OVERRIDES`, trained and committed as every run). A run's key names the device it trained on, so a GPU
-window's runs at the `gpu` preset are other runs. A run the divergence rule stops is not stored as a run; it is a
-result of the pilot all the same (that arm does not reach the trivial rows at this budget), so `train` writes its
-error line, with its provenance and digest, to `DIVERGED` under the results store, and the page shows it.
+- `48 epochs` (the `gpu` preset's budget) trains on the record's 5,000 images, so the record's trivial rows apply.
+- `all images` trains 16 epochs on all 60,000 training images (3,750 steps). Its probe is fit on those images, so
+  its trivial rows are computed on them too, and stored (`train`) with their commit, hardware and digest.
+
+The pilot's runs train here (`python -m gradalign.experiments.isoloss.budget_pilot`), committed as every run. A
+run's key names the device it trained on, so a GPU window's runs are other runs. A run the divergence rule stops is
+not stored as a run; it is a result all the same (that arm does not reach the trivial rows at this budget), so
+`train` writes its error line with its provenance under the candidate's folder (`diverged.json`, with a digest), and
+the page shows it. An edited or cut stored file is an error, never read.
 """
 
 from __future__ import annotations
 
-EPOCHS = 48
-OVERRIDES = {"epochs": [EPOCHS], "seeds": 1}
-"""The pilot's runs: `isoloss.tab1`'s `cpu` preset at the `gpu` preset's epochs, seed 0 only."""
+from dataclasses import dataclass
+
 ARMS = ("L/ema", "L/no_ema", "iso/ema", "iso/no_ema")
-DIVERGED = "pilots/isoloss.budget/diverged.json"  # under the results store: arm -> the stopped run's error line
 
 
-def diverged(root=None) -> dict[str, dict]:
-    """The pilot's diverged runs (arm -> {"why", provenance}); an edited or cut file is an error, never read."""
+@dataclass(frozen=True)
+class Candidate:
+    """One budget the pilot tries: `isoloss.tab1`'s `cpu` preset at `overrides`, seed 0 only."""
+
+    name: str  # in words, as the page and the answer say it
+    overrides: dict
+    folder: str  # under the results store: its diverged runs, and its trivial rows when `own_images`
+    own_images: bool  # trains (and probes) on other images than the record: its trivial rows are computed
+
+
+CANDIDATES = (
+    Candidate("48 epochs, 5,000 images", {"epochs": [48], "seeds": 1}, "pilots/isoloss.budget", False),
+    Candidate(
+        "16 epochs, all 60,000 images", {"train_subset": 0, "seeds": 1}, "pilots/isoloss.budget/all_images", True
+    ),
+)
+
+
+def _stored(root, candidate: Candidate, name: str) -> dict | None:
+    """The candidate's stored document `name` (None: not written yet); an edited or cut file is an error."""
     from gradalign.store.atomic import StoredJSONError, content_digest, read_json_strict
     from gradalign.store.store_root import results_root
 
-    path = (root or results_root()) / DIVERGED
+    path = (root or results_root()) / candidate.folder / name
     if not path.exists():
-        return {}
+        return None
     document = read_json_strict(path)
     if document.get("digest") != content_digest(document):
         raise StoredJSONError(f"{path}: its digest does not match its content (edited?)")
-    return document["runs"]
+    return document
 
 
-def train(device="cpu", echo=print) -> None:
-    """Train the pilot's runs not committed yet, one at a time here; a diverged one is written to `DIVERGED`."""
-    from gradalign.environment import git_commit, hardware
-    from gradalign.errors import DivergenceError
+def _store(candidate: Candidate, name: str, document: dict) -> None:
     from gradalign.store.atomic import content_digest, write_json_atomically
-    from gradalign.store.run_unit import committed_runs, read_entry
     from gradalign.store.store_root import results_root
 
-    runs, done = results_root() / "runs", diverged()
-    for arm, unit in zip(ARMS, pilot_units(device)):
-        if arm in done or read_entry(runs, unit) is not None:
-            continue
-        try:
-            with committed_runs(runs, write=True):
-                unit.run()
-            echo(f"ok   {unit.label}")
-        except DivergenceError as err:
-            done[arm] = {"why": str(err).rsplit("; ", 1)[0], "git_commit": git_commit(), "hardware": hardware(device)}
-            document = {"runs": done}
-            write_json_atomically(results_root() / DIVERGED, {**document, "digest": content_digest(document)})
-            echo(f"diverged: {done[arm]['why']}")
+    write_json_atomically(results_root() / candidate.folder / name, {**document, "digest": content_digest(document)})
 
 
-def pilot_units(device=None) -> list:
-    """The pilot's runs (one per arm, seed 0), as `isoloss.tab1`'s units at `OVERRIDES`."""
+def diverged(root=None, candidate: Candidate = CANDIDATES[0]) -> dict[str, dict]:
+    """The candidate's diverged runs (arm -> {"why", provenance})."""
+    return (_stored(root, candidate, "diverged.json") or {"runs": {}})["runs"]
+
+
+def stored_trivial(root=None, candidate: Candidate = CANDIDATES[1]) -> dict | None:
+    """The trivial rows computed on the candidate's images ({"rows": {row: [percent]}, provenance}), or None."""
+    return _stored(root, candidate, "trivial.json")
+
+
+def pilot_units(device=None, candidate: Candidate = CANDIDATES[0]) -> list:
+    """The candidate's runs (one per arm, seed 0), as `isoloss.tab1`'s units at its overrides."""
     from gradalign.experiments import get
     from gradalign.experiments.isoloss.deep_siamese import siamese_units
 
-    return siamese_units(get("isoloss.tab1").resolve("cpu", OVERRIDES), device)
+    return siamese_units(get("isoloss.tab1").resolve("cpu", candidate.overrides), device)
 
 
-def answer(probes: dict[str, float | None], raw_pixels: float, untrained: float, failed=()) -> str:
+def train(device="cpu", echo=print) -> None:
+    """Each candidate's trivial rows (where it has its own images) and runs not committed yet, one at a time here;
+    a diverged run is written to the candidate's `diverged.json`."""
+    from gradalign.environment import git_commit, hardware
+    from gradalign.errors import DivergenceError
+    from gradalign.experiments import get
+    from gradalign.experiments.isoloss.deep_siamese import trivial
+    from gradalign.store.run_unit import committed_runs, read_entry
+    from gradalign.store.store_root import results_root
+
+    runs = results_root() / "runs"
+    for candidate in CANDIDATES:
+        cfg = get("isoloss.tab1").resolve("cpu", candidate.overrides)
+        if candidate.own_images and stored_trivial(None, candidate) is None:
+            rows = trivial(cfg, cfg.datasets[0], cfg.epochs[0], device)
+            _store(candidate, "trivial.json", {"rows": rows, "git_commit": git_commit(), "hardware": hardware(device)})
+            echo(f"ok   {candidate.name}: trivial rows {rows}")
+        done = diverged(None, candidate)
+        for arm, unit in zip(ARMS, pilot_units(device, candidate)):
+            if arm in done or read_entry(runs, unit) is not None:
+                continue
+            try:
+                with committed_runs(runs, write=True):
+                    unit.run()
+                echo(f"ok   {candidate.name}: {unit.label}")
+            except DivergenceError as err:
+                done[arm] = {
+                    "why": str(err).rsplit("; ", 1)[0],
+                    "git_commit": git_commit(),
+                    "hardware": hardware(device),
+                }
+                _store(candidate, "diverged.json", {"runs": done})
+                echo(f"diverged: {done[arm]['why']}")
+
+
+def answer(
+    probes: dict[str, float | None], raw_pixels: float, untrained: float, failed=(), at: str = "48 epochs, 5,000 images"
+) -> str:
     """In words: whether every arm's probe (None: not trained; an arm in `failed`: diverged) is above both trivial
-    rows; a diverged arm answers no."""
+    rows, at the candidate named `at`; a diverged arm answers no."""
     if failed:
         rest = [a for a in ARMS if a not in failed and probes.get(a) is not None]
         below = [a for a in rest if probes[a] <= max(raw_pixels, untrained)]
         return (
-            f"no: at {EPOCHS} epochs {', '.join(failed)} diverged (the divergence rule stopped it), and "
+            f"no: with {at}, {', '.join(failed)} diverged (the divergence rule stopped it), and "
             f"{len(below)} of the {len(rest)} other trained arms are not above both trivial rows"
         )
     missing = [a for a in ARMS if probes.get(a) is None]
     if missing:
-        return f"not answered yet: {len(ARMS) - len(missing)} of {len(ARMS)} runs trained"
+        return f"not answered yet with {at}: {len(ARMS) - len(missing)} of {len(ARMS)} runs trained"
     below = [a for a in ARMS if probes[a] <= max(raw_pixels, untrained)]
     if not below:
-        return f"yes: at {EPOCHS} epochs every arm's probe is above raw pixels and the untrained network"
-    return f"no: at {EPOCHS} epochs {len(below)} of {len(ARMS)} arms are not above both trivial rows"
+        return f"yes: with {at}, every arm's probe is above raw pixels and the untrained network"
+    return f"no: with {at}, {len(below)} of {len(ARMS)} arms are not above both trivial rows"
 
 
-def pilot_rows(record: dict, entries: dict[str, dict | None], failed=None) -> tuple[list[dict], str]:
-    """One row per arm (seed 0's probe at the record's budget and at `EPOCHS`) and the answer; `entries`: arm ->
-    the committed run entry of the pilot (None: not trained); `failed`: arm -> why it diverged."""
-    failed = failed or {}
+RAW, UNTRAINED = "raw pixels", "untrained network, better BN reading"
+
+
+def _trivial_pair(rows: dict[str, list[float]]) -> tuple[float, float]:
+    """Seed 0's raw-pixel row and the better of its two untrained-network rows."""
+    return rows["raw_pixels"][0], max(rows["random_init"][0], rows["random_init_data_bn"][0])
+
+
+def pilot_columns(record: dict, pilots: list[tuple[Candidate, dict, dict, dict | None]]) -> tuple[dict, list[str]]:
+    """The page's columns ({title: {row: value}}: the record's seed 0, then each candidate) and one answer per
+    candidate. `pilots`: (candidate, arm -> its committed run entry or None, arm -> why it diverged, its stored
+    trivial rows or None); a candidate without `own_images` is compared with the record's trivial rows."""
     name = record["config"]["datasets"][0]
-    trivial = record["metrics"]["trivial"][name]
-    raw, untrained = trivial["raw_pixels"][0], max(trivial["random_init"][0], trivial["random_init_data_bn"][0])
-    probes = {a: (100 * e["value"]["probe_test_acc"] if e else None) for a, e in entries.items()}
-    epochs = record["config"]["epochs"][0]
-    rows = [
-        {
-            "arm": arm,
-            f"probe at {epochs} epochs (%)": record["metrics"][f"{name}/{arm}"]["probe"][0],
-            f"probe at {EPOCHS} epochs (%)": failed[arm] if arm in failed else probes.get(arm),
-            "raw pixels (%)": raw,
-            "untrained network, better BN reading (%)": untrained,
-        }
-        for arm in ARMS
-    ]
-    titles = [a for a in ARMS if a in failed]
-    return rows, answer(probes, raw, untrained, titles)
+    record_pair = _trivial_pair(record["metrics"]["trivial"][name])
+    epochs, subset = record["config"]["epochs"][0], record["config"]["train_subset"]
+    first = {a: record["metrics"][f"{name}/{a}"]["probe"][0] for a in ARMS}
+    columns = {
+        f"{epochs} epochs, {subset:,} images (the record)": {**first, RAW: record_pair[0], UNTRAINED: record_pair[1]}
+    }
+    answers = []
+    for candidate, entries, failed, stored in pilots:
+        probes = {a: (100 * e["value"]["probe_test_acc"] if e else None) for a, e in entries.items()}
+        pair = (
+            record_pair
+            if not candidate.own_images
+            else _trivial_pair(stored["rows"])
+            if stored
+            else ("not computed",) * 2
+        )
+        columns[candidate.name] = {**{a: failed.get(a, probes.get(a)) for a in ARMS}, RAW: pair[0], UNTRAINED: pair[1]}
+        if stored is None and candidate.own_images:
+            answers.append(f"not answered yet with {candidate.name}: the trivial rows on its images are not computed")
+        else:
+            answers.append(answer(probes, *pair, [a for a in ARMS if a in failed], candidate.name))
+    return columns, answers
 
 
 def pilot_view(record: dict):
-    """The page's table (a data frame) and answer, from the committed runs only (never trains)."""
+    """The page's table (a data frame: arms and trivial rows by budget) and its answers, one per candidate, from the
+    committed runs and stored files only (never trains)."""
     import pandas as pd
 
     from gradalign.experiments.isoloss.deep_siamese import TITLES
     from gradalign.store.run_unit import read_entry
     from gradalign.store.store_root import results_root
 
-    units = pilot_units("cpu")
-    entries = {arm: read_entry(results_root() / "runs", u) for arm, u in zip(ARMS, units)}
-    stopped = diverged()
-    failed = {arm: "diverged at " + d["why"].split(" diverged at ")[-1].split(":")[0] for arm, d in stopped.items()}
-    rows, text = pilot_rows(record, entries, failed)
-    for row in rows:
-        row["arm"] = TITLES.get(row["arm"], row["arm"])
-    frame = pd.DataFrame(rows).set_index("arm")
-    for arm, d in stopped.items():
-        text = text.replace(arm, TITLES[arm]) + f"; {d['why']} ({d['hardware']}, commit {d['git_commit'][:7]})"
-    return frame.map(lambda v: "not trained" if v is None else v if isinstance(v, str) else f"{v:.2f}"), text
+    pilots, notes = [], []
+    for candidate in CANDIDATES:
+        units = pilot_units("cpu", candidate)
+        entries = {arm: read_entry(results_root() / "runs", u) for arm, u in zip(ARMS, units)}
+        stopped = diverged(None, candidate)
+        failed = {a: "diverged at " + d["why"].split(" diverged at ")[-1].split(":")[0] for a, d in stopped.items()}
+        pilots.append((candidate, entries, failed, stored_trivial(None, candidate) if candidate.own_images else None))
+        notes.append([f"; {d['why']} ({d['hardware']}, commit {d['git_commit'][:7]})" for d in stopped.values()])
+    columns, answers = pilot_columns(record, pilots)
+    for i, arm_names in enumerate(notes):
+        for arm in ARMS:
+            answers[i] = answers[i].replace(arm, TITLES[arm])
+        answers[i] += "".join(arm_names)
+    frame = pd.DataFrame(columns).rename(index=TITLES)
+    frame.index.name = "probe accuracy (%)"
+    return frame.map(lambda v: "not trained" if v is None else v if isinstance(v, str) else f"{v:.2f}"), answers
 
 
 if __name__ == "__main__":
