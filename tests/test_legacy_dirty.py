@@ -63,6 +63,25 @@ def test_retraining_replaces_cpu_entries_and_a_stopped_run_keeps_the_old_one(sto
     assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"
 
 
+def test_cuda_entries_are_retrained_here_only_when_asked_and_their_moves_are_said(store, tmp_path, monkeypatch):
+    runs, names = store
+    lines = []
+
+    def clean(unit, cache, threads, committed):
+        path = _entry(runs, unit.kind, unit.key, "def")
+        path.write_text(json.dumps({"provenance": {"git_commit": "def", "device": "cpu"}, "value": {"acc": 0.5}}))
+
+    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", clean)
+    (runs / "k" / "d.json").write_text(
+        json.dumps({"provenance": {"git_commit": "abc+dirty", "device": "cuda"}, "value": {"acc": 0.52, "n": 3}})
+    )
+    assert legacy_dirty.retrain("x", runs, names, tmp_path / "cache", echo=lines.append, cuda_here=True) == 2
+    assert lines[0] == "x: 2 CPU and CUDA entries to train again here"
+    assert lines[-1] == "ok   run d (moved: acc 0.52 -> 0.5)"
+    assert json.loads((runs / "k" / "d.json").read_text())["provenance"]["device"] == "cpu"
+    assert legacy_dirty.moved({"value": {"acc": 1.0}}, {"value": {"acc": 1.0}}) == ""
+
+
 def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         legacy_dirty.main(["lga.fig99"])
@@ -72,3 +91,6 @@ def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         legacy_dirty.main(["lga.fig3", "--train", "--cache", str(tmp_path / "cache")])
     assert "is not empty" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        legacy_dirty.main(["lga.fig3", "--cuda-here"])
+    assert "give --train with it" in capsys.readouterr().err

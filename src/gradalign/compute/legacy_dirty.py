@@ -13,6 +13,11 @@ module never deletes one that it does not retrain.
 
     python -m gradalign.compute.legacy_dirty                 # each element's legacy entries, by device, with hours
     python -m gradalign.compute.legacy_dirty lga.fig3 --train  # retrain its CPU entries here (one thread, fresh cache)
+    python -m gradalign.compute.legacy_dirty sgr.tab4 --train --cuda-here  # its CUDA entries too, on this CPU
+
+With `--cuda-here` the element's CUDA entries are trained on this CPU as well (no GPU is needed to clean them): their
+values move a little (each printed old -> new), so every record that reads them is assembled again afterwards, from
+a clean tree (`gradalign run ELEMENT --preset cpu` with the record removed), and committed with them.
 """
 
 from __future__ import annotations
@@ -67,14 +72,28 @@ def summary(element_id: str, runs: Path, names: set[str]) -> str:
     return f"{element_id}: {', '.join(parts) if parts else 'none'}"
 
 
-def retrain(element_id: str, runs: Path, names: set[str], cache: Path, echo=print) -> int:
-    """Train the element's legacy CPU entries again here, one at a time, into the fresh run cache `cache` (an entry
-    cached from the dirty run would be read back, not trained); each entry is replaced only once its run finished.
-    Returns how many were trained. Remove them from the list afterwards (the clean-tree test says which)."""
+def moved(old: dict, new: dict, most: int = 3) -> str:
+    """In words, up to `most` top-level numbers of a run's value that differ between two entries ("" if none)."""
+    a, b = old.get("value", {}), new.get("value", {})
+    changed = [
+        f"{k} {a[k]:.4g} -> {b[k]:.4g}"
+        for k in sorted(set(a) & set(b))
+        if isinstance(a[k], (int, float)) and isinstance(b[k], (int, float)) and a[k] != b[k]
+    ]
+    return ", ".join(changed[:most]) + (f" and {len(changed) - most} more" if len(changed) > most else "")
+
+
+def retrain(element_id: str, runs: Path, names: set[str], cache: Path, echo=print, cuda_here: bool = False) -> int:
+    """Train the element's legacy CPU entries (and its CUDA ones when `cuda_here`) again here, one at a time, into the
+    fresh run cache `cache` (an entry cached from the dirty run would be read back, not trained); each entry is
+    replaced only once its run finished. Returns how many were trained. Remove them from the list afterwards (the
+    clean-tree test says which); after CUDA ones, assemble the records that read them again."""
     from gradalign.compute.sweep import compute_unit
 
-    todo = [u for u, p in legacy_of(element_id, runs, names) if p["device"] == "cpu"]
-    echo(f"{element_id}: {len(todo)} CPU entr{'y' if len(todo) == 1 else 'ies'} to train again")
+    devices = ("cpu", "cuda") if cuda_here else ("cpu",)
+    todo = [u for u, p in legacy_of(element_id, runs, names) if p["device"] in devices]
+    what = " and ".join(d.upper() for d in devices)
+    echo(f"{element_id}: {len(todo)} {what} entr{'y' if len(todo) == 1 else 'ies'} to train again here")
     for unit in todo:
         path = runs / unit.kind / f"{unit.key}.json"
         kept = path.read_bytes()
@@ -85,7 +104,8 @@ def retrain(element_id: str, runs: Path, names: set[str], cache: Path, echo=prin
             if not path.exists():
                 path.write_bytes(kept)  # a stopped run leaves the old entry, never a hole
             raise
-        echo(f"ok   {unit.label}")
+        change = moved(json.loads(kept), json.loads(path.read_text()))
+        echo(f"ok   {unit.label}" + (f" (moved: {change})" if change else ""))
     return len(todo)
 
 
@@ -99,17 +119,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("elements", nargs="*", help="element ids (default: every element with units)")
     parser.add_argument("--train", action="store_true", help="train their CPU entries again here")
     parser.add_argument("--cache", default="/tmp/gradalign-legacy-cache", help="a fresh run cache (--train)")
+    parser.add_argument(
+        "--cuda-here", action="store_true", help="with --train: the CUDA entries too, on this machine's CPU"
+    )
     args = parser.parse_args(argv)
     unknown = [e for e in args.elements if e not in UNITS]
     if unknown:
         parser.error(f"unknown or unit-less element(s): {', '.join(unknown)}")
     cache = Path(args.cache)
+    if args.cuda_here and not args.train:
+        parser.error("--cuda-here trains: give --train with it")
     if args.train and cache.exists() and any(cache.iterdir()):
         parser.error(f"{cache} is not empty: give a fresh run cache, so that no dirty run is read back")
     runs, names = results_root() / "runs", listed()
     for element_id in args.elements or list(UNITS):
         if args.train:
-            retrain(element_id, runs, names, cache)
+            cuda = args.cuda_here and any(p["device"] == "cuda" for _, p in legacy_of(element_id, runs, names))
+            retrain(element_id, runs, names, cache, cuda_here=args.cuda_here)
+            if cuda:
+                print(f"{element_id}: assemble its records again from a clean tree (CUDA entries moved)")
         else:
             print(summary(element_id, runs, names))
     return 0
