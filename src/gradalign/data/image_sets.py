@@ -54,6 +54,11 @@ class ImageSetInfo:
     std: tuple[float, ...] | None
     homepage: str
 
+    @property
+    def chance_accuracy(self) -> float:
+        """The accuracy (%) of a uniform guess over the classes: the chance level verdicts and charts read."""
+        return 100.0 / self.num_classes
+
 
 IMAGE_SETS = {
     info.name: info

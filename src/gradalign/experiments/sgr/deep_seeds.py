@@ -61,19 +61,23 @@ def _committed(unit) -> dict | None:
 
 def bn_rows(cfg, seeds: int = SEEDS) -> list[dict]:
     """SGR at the deepest VGG with BN: Table 7's config `cfg` (its run keys), seeds `cfg.seed`..+`seeds`."""
+    from gradalign.data.image_sets import image_set_info
     from gradalign.training.local import local_unit, vgg_name
 
     d, data = cfg.depths[-1], cfg.datasets[0]
     rows = []
     for seed in range(cfg.seed, cfg.seed + seeds):
         entry = _committed(local_unit(cfg.spec(vgg_name(d), "sgr", cfg.sgr_modules(d), data, seed)))
-        rows.append(_seed_row(entry, _chance(data), "with BN (Table 7's runs)", seed, cfg.protocol.lr))
+        rows.append(
+            _seed_row(entry, image_set_info(data).chance_accuracy, "with BN (Table 7's runs)", seed, cfg.protocol.lr)
+        )
     return rows
 
 
 def no_bn_rows(cfg, seeds: int = SEEDS) -> list[dict]:
     """SGR at the deepest VGG without BN: the no-BN study's config `cfg`, each seed at the highest rate of its grid
     with a committed run (none: "not trained", at the grid's lowest rate)."""
+    from gradalign.data.image_sets import image_set_info
     from gradalign.training.local import local_unit, vgg_name
 
     d, data = cfg.depths[-1], cfg.datasets[0]
@@ -87,14 +91,8 @@ def no_bn_rows(cfg, seeds: int = SEEDS) -> list[dict]:
                 found = (entry, lr)
                 break
         entry, lr = found or (None, min(cfg.lrs))
-        rows.append(_seed_row(entry, _chance(data), "without BN (held-out images)", seed, lr))
+        rows.append(_seed_row(entry, image_set_info(data).chance_accuracy, "without BN (held-out images)", seed, lr))
     return rows
-
-
-def _chance(dataset: str) -> float:
-    from gradalign.data.image_sets import image_set_info
-
-    return 100.0 / image_set_info(dataset).num_classes
 
 
 def summary(rows: list[dict]) -> str:

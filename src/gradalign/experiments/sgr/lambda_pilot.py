@@ -186,7 +186,7 @@ def lambda_pilot(cfg: LambdaPilotConfig, device) -> dict:
     from gradalign.progress import progress
     from gradalign.training.local import local_unit
 
-    chance = 100.0 / image_set_info(cfg.dataset).num_classes
+    chance = image_set_info(cfg.dataset).chance_accuracy
     rows, ratios, curves, layerwise, seconds = [], {}, {}, {}, 0.0
     jobs = cfg.pairs()
     for net, K in progress(jobs, desc="λ pilot"):

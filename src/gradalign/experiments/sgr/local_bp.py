@@ -229,7 +229,7 @@ def table7(cfg: Table7Config, device) -> dict:
             "sgr": {str(d): s for d, s in sgr.items()},
             "layerwise": {str(d): s for d, s in layerwise.items()},
         }
-        chance = 100.0 / image_set_info(ds).num_classes
+        chance = image_set_info(ds).chance_accuracy
         for name, c in table7_checks(bp, sgr, chance).items():
             checks[name if len(cfg.datasets) == 1 else f"{ds}_{name}"] = c
     seconds = sum(s["train_seconds"] for t in tables.values() for row in t.values() for s in row.values())

@@ -271,7 +271,7 @@ def tab7_claims(record: dict) -> dict:
             if arms is not None:
                 bp = {d: arms[f"{ds}/global_bp/d={d}"] for d in bp}
                 sgr = {d: arms[f"{ds}/sgr/d={d}"] for d in sgr}
-            checks = table7_checks(bp, sgr, 100.0 / image_set_info(ds).num_classes)
+            checks = table7_checks(bp, sgr, image_set_info(ds).chance_accuracy)
             out.update({n if len(_datasets(record)) == 1 else f"{ds}_{n}": c for n, c in checks.items()})
         return out
 

@@ -134,7 +134,7 @@ def no_bn(cfg: NoBNConfig, device) -> dict:
     from gradalign.data.image_sets import image_set_info
     from gradalign.training.local import vgg_name
 
-    chance = 100.0 / image_set_info(cfg.datasets[0]).num_classes
+    chance = image_set_info(cfg.datasets[0]).chance_accuracy
     one_seed = replace(cfg, seeds=1)
     torchvision = replace(one_seed, init="torchvision")
     init_check = {}
@@ -242,7 +242,7 @@ def units(cfg: NoBNConfig) -> list:
     stored = {lr: [read_entry(folder, u) for u in us] for lr, us in sweep.items()}
     if all(e is not None for es in stored.values() for e in es):  # the sweep is committed: the chosen rate's runs
         accs = {d: {lr: stored[lr][i]["value"]["final_test_acc"] for lr in cfg.lrs} for i, d in enumerate(cfg.depths)}
-        chosen = choose_rates(accs, 100.0 / image_set_info(cfg.datasets[0]).num_classes)
+        chosen = choose_rates(accs, image_set_info(cfg.datasets[0]).chance_accuracy)
         out += group_units(cfg.at_rate(chosen[cfg.depths[-1]]), deepest_jobs(cfg))
     return out
 
