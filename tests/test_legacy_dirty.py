@@ -94,3 +94,24 @@ def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         legacy_dirty.main(["lga.fig3", "--cuda-here"])
     assert "give --train with it" in capsys.readouterr().err
+
+
+def test_an_unclaimed_entry_is_rebuilt_from_its_spec_and_a_wrong_key_or_kind_is_refused(tmp_path, monkeypatch):
+    from gradalign.training.local import LocalRunSpec, local_unit
+
+    unit = local_unit(LocalRunSpec(network="resnet32", n_train=256, seed=3))
+    entry = {"kind": unit.kind, "key": unit.key, "spec": unit.spec, "provenance": {"git_commit": "a+dirty"}}
+    assert legacy_dirty.rebuilt_unit(entry).key == unit.key
+    with pytest.raises(ValueError, match="rebuilds another key"):
+        legacy_dirty.rebuilt_unit({**entry, "spec": {**unit.spec, "seed": 4}})
+    with pytest.raises(ValueError, match="is not rebuilt from its spec"):
+        legacy_dirty.rebuilt_unit({**entry, "kind": "lga.ssl"})
+
+    runs = tmp_path / "runs"
+    for kind, key, commit in ((unit.kind, unit.key, "a+dirty"), ("lga.ssl", "x", "a+dirty"), ("lga.ssl", "y", "a")):
+        path = runs / kind / f"{key}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**entry, "kind": kind, "key": key, "provenance": {"git_commit": commit}}))
+    monkeypatch.setattr(legacy_dirty, "element_units", lambda element_id: [])
+    units, others = legacy_dirty.unclaimed(runs, {f"sgr.local/{unit.key}", "lga.ssl/x", "lga.ssl/y"})
+    assert [u.key for u in units] == [unit.key] and others == ["lga.ssl/x"]  # y: trained again already

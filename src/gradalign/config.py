@@ -132,6 +132,14 @@ def construct(settings_cls: type[Settings], values: dict[str, Any]) -> Settings:
     return settings_cls(**values)
 
 
+def settings_from_dict(settings_cls: type[Settings], values: dict[str, Any]) -> Settings:
+    """The settings whose `to_dict()` is `values` (nested settings as dicts, as a stored run spec holds them)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        _assign(settings_cls, out, key, value, settings_cls)
+    return construct(settings_cls, out)
+
+
 def settings_fields(settings_cls: type[Settings]) -> list[str]:
     """Every dotted leaf name of a settings class, nested settings expanded (`trial.lr`)."""
     hints = _type_hints(settings_cls)

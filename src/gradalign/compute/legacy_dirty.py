@@ -14,6 +14,12 @@ module never deletes one that it does not retrain.
     python -m gradalign.compute.legacy_dirty                 # each element's legacy entries, by device, with hours
     python -m gradalign.compute.legacy_dirty lga.fig3 --train  # retrain its CPU entries here (one thread, fresh cache)
     python -m gradalign.compute.legacy_dirty sgr.tab4 --train --cuda-here  # its CUDA entries too, on this CPU
+    python -m gradalign.compute.legacy_dirty unclaimed --train  # the entries no element claims (pilots' runs)
+
+`unclaimed` names the listed entries that no element's units claim (the λ pilots' runs, the book's supervised
+reference, ...): each is rebuilt as a unit from its stored spec, where its kind's spec class is known (`REBUILT`),
+and refused unless the rebuilt unit has the entry's key. Their readers compute their records in one piece, so a
+record of them changes only where a CUDA entry was retrained.
 
 With `--cuda-here` the element's CUDA entries are trained on this CPU as well (no GPU is needed to clean them): their
 values move a little (each printed old -> new), so every record that reads them is assembled again afterwards, from
@@ -48,11 +54,55 @@ def element_units(element_id: str) -> list:
     return list({(u.kind, u.key): u for u in units}.values())
 
 
+UNCLAIMED = "unclaimed"
+REBUILT = {
+    "sgr.local": ("gradalign.training.local", "LocalRunSpec", "local_unit"),
+    "sgr.bpfree": ("gradalign.training.bp_free", "BPFreeRunSpec", "bp_free_unit"),
+}
+"""Run kinds whose unit is rebuilt from a stored spec alone: kind -> (module, spec class, unit function)."""
+
+
+def rebuilt_unit(entry: dict):
+    """The unit of a stored run entry, rebuilt from its spec (a ValueError when its kind is not in `REBUILT`, or
+    when the rebuilt unit's key is not the entry's)."""
+    import importlib
+
+    from gradalign.config import settings_from_dict
+
+    if entry["kind"] not in REBUILT:
+        raise ValueError(f"a {entry['kind']} run is not rebuilt from its spec (kinds: {', '.join(REBUILT)})")
+    module, spec_class, make = REBUILT[entry["kind"]]
+    module = importlib.import_module(module)
+    unit = getattr(module, make)(settings_from_dict(getattr(module, spec_class), entry["spec"]))
+    if unit.key != entry["key"]:
+        raise ValueError(f"{entry['kind']}/{entry['key']}: its spec rebuilds another key, {unit.key}")
+    return unit
+
+
+def unclaimed(runs: Path, names: set[str]) -> tuple[list, list[str]]:
+    """(units rebuilt from their specs, "kind/key" of the others) of the listed entries under `runs` that no
+    element's units claim."""
+    from gradalign.experiments.units import UNITS
+
+    claimed = {f"{u.kind}/{u.key}" for element_id in UNITS for u in element_units(element_id)}
+    units, others = [], []
+    for name in sorted(names - claimed):
+        path = runs / f"{name}.json"
+        entry = json.loads(path.read_text()) if path.exists() else {}
+        if str(entry.get("provenance", {}).get("git_commit", "")).endswith("+dirty"):
+            if entry["kind"] in REBUILT:
+                units.append(rebuilt_unit(entry))
+            else:
+                others.append(name)
+    return units, others
+
+
 def legacy_of(element_id: str, runs: Path, names: set[str]) -> list[tuple[object, dict]]:
-    """(unit, provenance) of each of the element's units whose committed entry under `runs` is listed in `names` and
-    still names a dirty commit."""
+    """(unit, provenance) of each of the element's units (`UNCLAIMED`: the rebuilt unclaimed ones) whose committed
+    entry under `runs` is listed in `names` and still names a dirty commit."""
     out = []
-    for unit in element_units(element_id):
+    units = unclaimed(runs, names)[0] if element_id == UNCLAIMED else element_units(element_id)
+    for unit in units:
         path = runs / unit.kind / f"{unit.key}.json"
         if f"{unit.kind}/{unit.key}" in names and path.exists():
             provenance = json.loads(path.read_text())["provenance"]
@@ -116,14 +166,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m gradalign.compute.legacy_dirty", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("elements", nargs="*", help="element ids (default: every element with units)")
+    parser.add_argument(
+        "elements", nargs="*", help=f"element ids, or {UNCLAIMED} (default: every element with units, and {UNCLAIMED})"
+    )
     parser.add_argument("--train", action="store_true", help="train their CPU entries again here")
     parser.add_argument("--cache", default="/tmp/gradalign-legacy-cache", help="a fresh run cache (--train)")
     parser.add_argument(
         "--cuda-here", action="store_true", help="with --train: the CUDA entries too, on this machine's CPU"
     )
     args = parser.parse_args(argv)
-    unknown = [e for e in args.elements if e not in UNITS]
+    unknown = [e for e in args.elements if e not in UNITS and e != UNCLAIMED]
     if unknown:
         parser.error(f"unknown or unit-less element(s): {', '.join(unknown)}")
     cache = Path(args.cache)
@@ -132,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.train and cache.exists() and any(cache.iterdir()):
         parser.error(f"{cache} is not empty: give a fresh run cache, so that no dirty run is read back")
     runs, names = results_root() / "runs", listed()
-    for element_id in args.elements or list(UNITS):
+    for element_id in args.elements or [*UNITS, UNCLAIMED]:
         if args.train:
             cuda = args.cuda_here and any(p["device"] == "cuda" for _, p in legacy_of(element_id, runs, names))
             retrain(element_id, runs, names, cache, cuda_here=args.cuda_here)
@@ -140,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{element_id}: assemble its records again from a clean tree (CUDA entries moved)")
         else:
             print(summary(element_id, runs, names))
+    if not args.train and (not args.elements or UNCLAIMED in args.elements):
+        others = unclaimed(runs, names)[1]
+        kinds = Counter(name.split("/")[0] for name in others)
+        print(f"not rebuilt from a spec: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items())) or 'none'}")
     return 0
 
 
