@@ -79,7 +79,10 @@ def test_cuda_entries_are_retrained_here_only_when_asked_and_their_moves_are_sai
     assert lines[0] == "x: 2 CPU and CUDA entries to train again here"
     assert lines[-1] == "ok   run d (moved: acc 0.52 -> 0.5)"
     assert json.loads((runs / "k" / "d.json").read_text())["provenance"]["device"] == "cpu"
-    assert legacy_dirty.moved({"value": {"acc": 1.0}}, {"value": {"acc": 1.0}}) == ""
+    assert (
+        legacy_dirty.moved({"value": {"acc": 1.0, "train_seconds": 3.0}}, {"value": {"acc": 1.0, "train_seconds": 9.0}})
+        == ""
+    )
 
 
 def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
