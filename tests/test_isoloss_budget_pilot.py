@@ -105,3 +105,23 @@ def test_stored_trivial_rows_cut_short_are_refused(tmp_path):
     path.write_text(path.read_text()[:40])
     with pytest.raises(StoredJSONError):
         stored_trivial(tmp_path)
+
+
+def test_a_second_process_takes_the_arms_in_reverse_and_skips_what_is_done(monkeypatch, tmp_path):
+    from gradalign.experiments.isoloss import budget_pilot
+
+    trained = []
+
+    class Fake:
+        def __init__(self, arm):
+            self.arm, self.label = arm, arm
+
+        def run(self):
+            trained.append(self.arm)
+
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))
+    monkeypatch.setattr(budget_pilot, "CANDIDATES", (EPOCHS_48,))
+    monkeypatch.setattr(budget_pilot, "pilot_units", lambda device, candidate: [Fake(a) for a in ARMS])
+    monkeypatch.setattr("gradalign.store.run_unit.read_entry", lambda runs, unit: {} if unit.arm == "L/ema" else None)
+    budget_pilot.train(echo=lambda _: None, reverse=True)
+    assert trained == ["iso/no_ema", "iso/ema", "L/no_ema"]  # L/ema: committed already, read, not trained

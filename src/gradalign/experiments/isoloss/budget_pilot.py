@@ -12,11 +12,12 @@ and the better of the two untrained-network rows.
 - `all images` trains 16 epochs on all 60,000 training images (3,750 steps). Its probe is fit on those images, so
   its trivial rows are computed on them too, and stored (`train`) with their commit, hardware and digest.
 
-The pilot's runs train here (`python -m gradalign.experiments.isoloss.budget_pilot`), committed as every run. A
-run's key names the device it trained on, so a GPU window's runs are other runs. A run the divergence rule stops is
-not stored as a run; it is a result all the same (that arm does not reach the trivial rows at this budget), so
-`train` writes its error line with its provenance under the candidate's folder (`diverged.json`, with a digest), and
-the page shows it. An edited or cut stored file is an error, never read.
+The pilot's runs train here (`python -m gradalign.experiments.isoloss.budget_pilot`, and `... --reverse` in a
+second process to share them), committed as every run. A run's key names the device it trained on, so a GPU
+window's runs are other runs. A run the divergence rule stops is not stored as a run; it is a result all the same
+(that arm does not reach the trivial rows at this budget), so `train` writes its error line with its provenance
+under the candidate's folder (`diverged.json`, with a digest), and the page shows it. An edited or cut stored file
+is an error, never read.
 """
 
 from __future__ import annotations
@@ -83,9 +84,11 @@ def pilot_units(device=None, candidate: Candidate = CANDIDATES[0]) -> list:
     return siamese_units(get("isoloss.tab1").resolve("cpu", candidate.overrides), device)
 
 
-def train(device="cpu", echo=print) -> None:
+def train(device="cpu", echo=print, reverse: bool = False) -> None:
     """Each candidate's trivial rows (where it has its own images) and runs not committed yet, one at a time here;
-    a diverged run is written to the candidate's `diverged.json`."""
+    a diverged run is written to the candidate's `diverged.json`. `reverse`: the candidates' arms last to first, so
+    that a second process can share the work (a run in progress holds its key's lock: the other process waits for
+    it and reads it, never trains it twice)."""
     from gradalign.environment import git_commit, hardware
     from gradalign.errors import DivergenceError
     from gradalign.experiments import get
@@ -100,8 +103,9 @@ def train(device="cpu", echo=print) -> None:
             rows = trivial(cfg, cfg.datasets[0], cfg.epochs[0], device)
             _store(candidate, "trivial.json", {"rows": rows, "git_commit": git_commit(), "hardware": hardware(device)})
             echo(f"ok   {candidate.name}: trivial rows {rows}")
-        done = diverged(None, candidate)
-        for arm, unit in zip(ARMS, pilot_units(device, candidate)):
+        pairs = list(zip(ARMS, pilot_units(device, candidate)))
+        for arm, unit in reversed(pairs) if reverse else pairs:
+            done = diverged(None, candidate)  # read again per arm: another process may have written it
             if arm in done or read_entry(runs, unit) is not None:
                 continue
             try:
@@ -204,7 +208,9 @@ def pilot_view(record: dict):
 
 
 if __name__ == "__main__":
+    import sys
+
     from gradalign.runtime import pin_threads
 
     pin_threads(1)
-    train()
+    train(reverse="--reverse" in sys.argv[1:])
