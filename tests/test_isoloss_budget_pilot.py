@@ -125,3 +125,14 @@ def test_a_second_process_takes_the_arms_in_reverse_and_skips_what_is_done(monke
     monkeypatch.setattr("gradalign.store.run_unit.read_entry", lambda runs, unit: {} if unit.arm == "L/ema" else None)
     budget_pilot.train(echo=lambda _: None, reverse=True)
     assert trained == ["iso/no_ema", "iso/ema", "L/no_ema"]  # L/ema: committed already, read, not trained
+
+
+def test_a_cell_shows_a_missing_run_in_words_never_nan():
+    from gradalign.experiments.isoloss.budget_pilot import cell
+
+    assert [cell(None), cell(float("nan")), cell(77.494), cell("diverged at step 646")] == [
+        "not trained",
+        "not trained",
+        "77.49",
+        "diverged at step 646",
+    ]

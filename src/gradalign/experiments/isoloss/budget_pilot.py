@@ -180,6 +180,16 @@ def pilot_columns(record: dict, pilots: list[tuple[Candidate, dict, dict, dict |
     return columns, answers
 
 
+def cell(value) -> str:
+    """A table cell: a percentage to 2 decimals, words as they are, a missing run (None, or NaN in a data frame's
+    float column) as "not trained"."""
+    import math
+
+    if isinstance(value, str):
+        return value
+    return "not trained" if value is None or math.isnan(value) else f"{value:.2f}"
+
+
 def pilot_view(record: dict):
     """The page's table (a data frame: arms and trivial rows by budget) and its answers, one per candidate, from the
     committed runs and stored files only (never trains)."""
@@ -204,7 +214,7 @@ def pilot_view(record: dict):
         answers[i] += "".join(arm_names)
     frame = pd.DataFrame(columns).rename(index=TITLES)
     frame.index.name = "probe accuracy (%)"
-    return frame.map(lambda v: "not trained" if v is None else v if isinstance(v, str) else f"{v:.2f}"), answers
+    return frame.map(cell), answers
 
 
 if __name__ == "__main__":
