@@ -11,7 +11,8 @@ EPOCHS_48, ALL_IMAGES = CANDIDATES
 def test_the_answer_needs_every_arm_above_both_trivial_rows():
     above = {a: 80.0 for a in ARMS}
     assert answer(above, 78.18, 72.96).startswith("yes: with 48 epochs, 5,000 images")
-    assert answer({**above, "L/no_ema": 78.0}, 78.18, 72.96).startswith("no: with 48 epochs, 5,000 images, 1 of 4")
+    assert answer({**above, "L/no_ema": 78.0}, 78.18, 72.96).startswith("no: with 48 epochs, 5,000 images, 1 of the 4")
+    assert answer({**above, "L/no_ema": 78.0, "iso/ema": None}, 78.18, 72.96).endswith("(1 not trained yet)")
     assert answer({**above, "iso/ema": 79.0}, 70.0, 79.5).startswith("no")  # below the untrained network
     assert answer({**above, "iso/ema": None}, 78.18, 72.96, at="x") == "not answered yet with x: 3 of 4 runs trained"
 
@@ -53,7 +54,7 @@ def test_the_columns_read_seed_0_of_the_record_and_of_each_candidate():
     assert [record[a] for a in ARMS] == [60.0, 61.0, 62.0, 63.0] and record["raw pixels"] == 78.0
     assert first["untrained network, better BN reading"] == 74.0  # the record's rows: the same images
     assert second["raw pixels"] == 84.0 and second["untrained network, better BN reading"] == 80.0
-    assert answers[0].startswith("yes") and answers[1].startswith("no: with 16 epochs, all 60,000 images, 4 of 4")
+    assert answers[0].startswith("yes") and answers[1].startswith("no: with 16 epochs, all 60,000 images, 4 of the 4")
 
 
 def test_a_candidate_on_its_own_images_is_not_answered_without_its_trivial_rows():

@@ -126,7 +126,7 @@ def answer(
     probes: dict[str, float | None], raw_pixels: float, untrained: float, failed=(), at: str = "48 epochs, 5,000 images"
 ) -> str:
     """In words: whether every arm's probe (None: not trained; an arm in `failed`: diverged) is above both trivial
-    rows, at the candidate named `at`; a diverged arm answers no."""
+    rows, at the candidate named `at`; a diverged arm, or one trained arm below, answers no."""
     if failed:
         rest = [a for a in ARMS if a not in failed and probes.get(a) is not None]
         below = [a for a in rest if probes[a] <= max(raw_pixels, untrained)]
@@ -135,12 +135,13 @@ def answer(
             f"{len(below)} of the {len(rest)} other trained arms are not above both trivial rows"
         )
     missing = [a for a in ARMS if probes.get(a) is None]
+    below = [a for a in ARMS if a not in missing and probes[a] <= max(raw_pixels, untrained)]
+    if below:  # decided: one arm below is enough
+        trained, rest = len(ARMS) - len(missing), f" ({len(missing)} not trained yet)" if missing else ""
+        return f"no: with {at}, {len(below)} of the {trained} trained arms are not above both trivial rows{rest}"
     if missing:
         return f"not answered yet with {at}: {len(ARMS) - len(missing)} of {len(ARMS)} runs trained"
-    below = [a for a in ARMS if probes[a] <= max(raw_pixels, untrained)]
-    if not below:
-        return f"yes: with {at}, every arm's probe is above raw pixels and the untrained network"
-    return f"no: with {at}, {len(below)} of {len(ARMS)} arms are not above both trivial rows"
+    return f"yes: with {at}, every arm's probe is above raw pixels and the untrained network"
 
 
 RAW, UNTRAINED = "raw pixels", "untrained network, better BN reading"
