@@ -5,7 +5,7 @@ import pytest
 
 from gradalign.experiments.isoloss.budget_pilot import ARMS, CANDIDATES, answer, pilot_columns, pilot_units
 
-EPOCHS_48, ALL_IMAGES = CANDIDATES
+EPOCHS_48, ALL_IMAGES, BOTH = CANDIDATES
 
 
 def test_the_answer_needs_every_arm_above_both_trivial_rows():
@@ -33,7 +33,9 @@ def test_the_candidates_change_only_their_budget():
     assert all(
         u.spec["settings"]["epochs"] == 16 and u.spec["train_subset"] == 0 for u in pilot_units("cpu", ALL_IMAGES)
     )
-    assert not EPOCHS_48.own_images and ALL_IMAGES.own_images  # all images: the probe is fit on other images
+    assert all(u.spec["settings"]["epochs"] == 48 and u.spec["train_subset"] == 0 for u in pilot_units("cpu", BOTH))
+    assert not EPOCHS_48.own_images and ALL_IMAGES.own_images and BOTH.own_images  # the probe: other images
+    assert len({c.folder for c in CANDIDATES}) == len(CANDIDATES)  # each its own diverged runs
 
 
 RECORD = {
