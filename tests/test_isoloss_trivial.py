@@ -10,7 +10,7 @@ from torch import nn
 from gradalign.experiments import EXPERIMENTS
 from gradalign.experiments.isoloss.deep_siamese import TITLES, pretraining_data, trivial
 from gradalign.experiments.isoloss.trivial_rows import ROWS, data_statistics, trivial_rows
-from gradalign.experiments.isoloss.validity import ABOVE_TRIVIAL, above_trivial, tab1
+from gradalign.experiments.isoloss.validity import ABOVE_TRIVIAL, HOLDS_UP, above_trivial, tab1
 from gradalign.experiments.verdict import derive_verdict, reason
 
 
@@ -97,7 +97,7 @@ def _metrics(arms: dict[str, float] | None = None, rows: dict[str, list[float]] 
 def test_arms_above_every_trivial_row_meet_the_precondition():
     out = above_trivial(["fashion_mnist"], _metrics())
     assert out["passed"] is True and out["claim"] == ABOVE_TRIVIAL
-    assert len(out["value"]) == len(TITLES)
+    assert len(out["value"]) == len(TITLES) - 1  # every arm but L without EMA
     assert all(v["decision"] == "beats" and v["b"] == 72.0 for v in out["value"].values())  # raw pixels: best by mean
     assert all(" vs raw pixels" in key for key in out["value"])
 
@@ -105,7 +105,7 @@ def test_arms_above_every_trivial_row_meet_the_precondition():
 def test_an_arm_at_the_random_networks_level_leaves_it_unmet_and_the_element_inconclusive():
     """An arm within noise of the best row fails the precondition as surely as one below it; the verdict names why."""
     rows = {"random_init": [74.0, 75.0, 76.0]}  # the best row now
-    for arm in ({"L/no_ema": 75.5}, {"L/no_ema": 60.0}):
+    for arm in ({"iso/no_ema": 75.5}, {"iso/no_ema": 60.0}):
         out = above_trivial(["fashion_mnist"], _metrics(arm, rows))
         assert out["passed"] is False
         assert all("random VGG11, BN at its initial statistics" in key for key in out["value"])
@@ -116,9 +116,18 @@ def test_an_arm_at_the_random_networks_level_leaves_it_unmet_and_the_element_inc
 
 
 def test_arms_below_raw_pixels_leave_it_unmet():
-    out = above_trivial(["fashion_mnist"], _metrics(rows={"raw_pixels": [78.0] * 3}))
+    out = above_trivial(["fashion_mnist"], _metrics({"L/ema": 76.0}, rows={"raw_pixels": [78.0] * 3}))
     assert out["passed"] is False
-    assert {v["decision"] for v in out["value"].values()} == {"loses", "beats"}  # L without EMA loses to 78
+    assert {v["decision"] for v in out["value"].values()} == {"loses", "beats"}  # L with EMA loses to 78
+
+
+def test_l_without_ema_at_the_trivial_rows_is_the_claimed_effect_not_a_failed_test():
+    """Claims 3 and 4 say L without the EMA target loses accuracy: its collapse leaves the precondition met, while
+    the same collapse of an arm the claims say holds up leaves it unmet (the failing case)."""
+    assert above_trivial(["fashion_mnist"], _metrics({"L/no_ema": 10.0}))["passed"] is True
+    assert not any("L without EMA" in key for key in above_trivial(["fashion_mnist"], _metrics())["value"])
+    for arm in HOLDS_UP:
+        assert above_trivial(["fashion_mnist"], _metrics({arm: 10.0}))["passed"] is False
 
 
 def test_a_record_without_trivial_rows_has_not_measured_it():

@@ -4,10 +4,12 @@ Table 1 (deep Siamese networks): at least 3 seeds per arm; the runs finished lea
 readout's test accuracy, measured every epoch, rose by less than `TOLERANCE` points over the last 20 % of epochs in
 80 % of runs); the mechanism acted: IsoLoss changed the eigenvalue spread of the representation, its final
 participation ratio (PR = (Σλ)² / Σλ², the effective number of used dimensions) at least `PR_GAIN` times L's with
-the EMA target; the representations were learned: every arm's mean probe accuracy beats the best of the trivial rows
-(raw pixels, the untrained network with BN at its initial or at the data's statistics, `trivial_rows`, through the
-same probe on the same images; best by mean) by Welch's t (`rules.compare`): a self-supervised arm that a random
-network or the pixels match says nothing about which loss learns better. There is no supervised baseline to fit
+the EMA target; the representations were learned: the mean probe accuracy of every arm that a claim says holds up
+(`HOLDS_UP`) beats the best of the trivial rows (raw pixels, the untrained network with BN at its initial or at the
+data's statistics, `trivial_rows`, through the same probe on the same images; best by mean) by Welch's t
+(`rules.compare`): a self-supervised arm that a random network or the pixels match says nothing about which loss
+learns better. L without the EMA target is not asked to: two claims say it loses its accuracy, so its falling to
+the trivial rows (a collapse) is the effect under test, not a failed test. There is no supervised baseline to fit
 labels or to compare with a reference: the comparison is between two self-supervised losses, each read out by the same
 linear probe.
 
@@ -56,12 +58,16 @@ def tab1(record: dict) -> dict:
 
 
 ABOVE_TRIVIAL = "the learned representations are above a random network's and raw pixels' through the same probe"
+HOLDS_UP = ("L/ema", "iso/ema", "iso/no_ema")
+"""The arms whose accuracy Table 1's claims say holds up (`deep_siamese.siamese_checks`): L with the EMA target (the
+baseline's own accuracy, claims 1 and 3), L_iso with it and without it (claims 1, 2 and 4). Not L without the EMA
+target: claims 3 and 4 say it loses accuracy, so it may fall to the trivial rows."""
 
 
 def above_trivial(datasets: list[str], metrics: dict) -> dict:
-    """Every self-supervised arm's probe accuracies (`metrics["<data>/<loss>/<ema>"]["probe"]`, one per seed) beat
-    the best trivial row of its data set (`metrics["trivial"][data]`: row -> one accuracy per seed; best by mean) by
-    Welch's t; a record without the trivial rows has not measured it."""
+    """The probe accuracies (`metrics["<data>/<loss>/<ema>"]["probe"]`, one per seed) of every arm in `HOLDS_UP`
+    beat the best trivial row of its data set (`metrics["trivial"][data]`: row -> one accuracy per seed; best by
+    mean) by Welch's t; a record without the trivial rows has not measured it."""
     from gradalign.experiments.isoloss.deep_siamese import TITLES
     from gradalign.experiments.isoloss.trivial_rows import ROWS
 
@@ -72,7 +78,8 @@ def above_trivial(datasets: list[str], metrics: dict) -> dict:
     for name in datasets:
         rows = trivial[name]
         best = max(rows, key=lambda row: sum(rows[row]) / len(rows[row]))
-        for arm, title in TITLES.items():
+        for arm in HOLDS_UP:
+            title = TITLES[arm]
             parts[f"{name}: {title} vs {ROWS.get(best, best)}"] = compare(
                 summary(metrics[f"{name}/{arm}"]["probe"]),
                 summary(rows[best]),
@@ -83,9 +90,10 @@ def above_trivial(datasets: list[str], metrics: dict) -> dict:
                 claim=ABOVE_TRIVIAL,
             )
     rule = (
-        "every self-supervised arm beats the best trivial row by mean (raw pixels, or a random VGG11 with BN at its "
-        "initial or at the data's statistics; same probe, same images): higher linear-probe accuracy, Welch's t beyond "
-        "its two-sided 5 % critical value (a row of one value per seed; raw pixels are one constant)"
+        "every self-supervised arm that a claim says holds up (L with EMA, L_iso with and without EMA; not L without "
+        "EMA, which two claims say loses accuracy) beats the best trivial row by mean (raw pixels, or a random VGG11 "
+        "with BN at its initial or at the data's statistics; same probe, same images): higher linear-probe accuracy, "
+        "Welch's t beyond its two-sided 5 % critical value (a row of one value per seed; raw pixels are one constant)"
     )
     joined = all_of(parts, rule, ABOVE_TRIVIAL)
     return {key: joined[key] for key in ("passed", "value", "rule", "claim")}
