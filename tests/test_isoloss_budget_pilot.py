@@ -144,3 +144,15 @@ def test_a_cell_shows_a_missing_run_in_words_never_nan():
         "77.49",
         "diverged at step 646",
     ]
+
+
+def test_a_collapsed_run_shows_its_probe_and_where_it_collapsed():
+    entries = {a: {"value": {"probe_test_acc": 0.85, "collapsed": None}} for a in ARMS}
+    entries["L/no_ema"] = {
+        "value": {"probe_test_acc": 0.4, "collapsed": "siamese L no EMA collapsed at step 702: readout_test_acc = 0.1"}
+    }
+    stored = {"rows": {"raw_pixels": [84.0], "random_init": [75.0], "random_init_data_bn": [80.0]}}
+    columns, answers = pilot_columns(RECORD, [(ALL_IMAGES, entries, {}, stored)])
+    assert columns[ALL_IMAGES.name]["L/no_ema"] == "40.00 (collapsed at step 702)"
+    assert columns[ALL_IMAGES.name]["L/ema"] == 85.0
+    assert answers[0].startswith("yes")  # the collapse is L without EMA's: the claimed effect

@@ -242,3 +242,35 @@ def test_absurd_learning_rate_raises_divergence_error():
         r"the (previous loss|projector correlation) = ",
     ):
         train_siamese(images, labels, images, labels, dataclasses.replace(TINY, lr=1e30, warmup_epochs=0))
+
+
+def test_a_collapse_is_said_where_it_happened_and_a_run_that_never_collapsed_says_none():
+    """The readout back at chance once it had started (the stop rule's reading) is a collapse, at its epoch's step;
+    a final probe at chance is one too; a readout that never left chance, or stayed up, is none."""
+    from gradalign.training.siamese import first_collapse
+
+    said = first_collapse("siamese L no EMA", [0.3, 0.6, 0.39, 0.11], 100, 10, 0.12)
+    assert (
+        said
+        == "siamese L no EMA collapsed at step 400: readout_test_acc = 0.11, back at chance (0.1; it had reached 0.6)"
+    )
+    assert first_collapse("x", [0.3, 0.45, 0.5], 100, 10, 0.7) is None
+    assert first_collapse("x", [0.1, 0.1, 0.11], 100, 10, 0.5) is None  # never started: not a collapse
+    assert first_collapse("x", [0.3, 0.45, 0.5], 100, 10, 0.1).startswith("x collapsed at step 300: probe_test_acc")
+
+
+def test_a_run_trains_on_through_a_collapse_and_returns_its_probe(monkeypatch):
+    """No chance level is handed to the loop (a collapse does not stop the run): the result carries `collapsed`."""
+    from gradalign.training import loop
+
+    seen = {}
+    real = loop.train
+
+    def spy(*args, **kwargs):
+        seen["chance"] = kwargs.get("chance")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "train", spy)
+    images, labels = toy_images(64)
+    out = train_siamese(images, labels, images, labels, TINY)
+    assert seen["chance"] == () and "collapsed" in out and out["probe_test_acc"] is not None

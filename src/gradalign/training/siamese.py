@@ -21,7 +21,7 @@ from gradalign.config import Settings, require
 from gradalign.data.augment import SimCLRAugment, normalise
 from gradalign.data.image_tensors import as_uint8_nchw, channel_stats, check_image_sets
 from gradalign.methods.divergence import accuracy_chance, raise_if_at_chance
-from gradalign.errors import ConfigError
+from gradalign.errors import ConfigError, DivergenceError
 from gradalign.methods.directpred import DirectPredictor, spectrum_summary
 from gradalign.methods.isoloss import DEEP_LOSSES
 from gradalign.methods.siamese import siamese_step
@@ -203,7 +203,8 @@ def train_siamese(
     `checkpoint`: saved after every epoch, resumed from when present (bitwise on CPU).
     `max_epochs_this_call` / `time_limit_s` stop early after a completed epoch (time-boxed sessions);
     the result then has complete = False and no probe. Returns: settings, epochs_done, complete, steps,
-    curves (per epoch: CURVES), final_spectrum, readout_test_acc, probe_test_acc, epoch_seconds,
+    curves (per epoch: CURVES), final_spectrum, readout_test_acc, probe_test_acc, collapsed (`first_collapse`: the
+    run trains on through a collapse; a NaN or an exploded loss still raises a DivergenceError), epoch_seconds,
     images_per_s (pairs of views per second, training only), device.
     """
     s, device = settings, torch.device(device)
@@ -249,7 +250,7 @@ def train_siamese(
         max_evals=max_epochs_this_call,
         time_limit_s=time_limit_s,
         map_location=device,
-        chance=(accuracy_chance("readout_test_acc", classes, percent=False),),
+        chance=(),  # a collapse is a result here (`first_collapse`); a NaN or an exploded loss still stops
     )
     epochs_done = out.steps_done // run.steps_per_epoch
     test_features = run.features(run.test_images)
@@ -264,10 +265,6 @@ def train_siamese(
             s.probe_l2,
             s.probe_iterations,
         )
-        # a linear probe beats chance on the features of an untrained network: at chance, they collapsed
-        raise_if_at_chance(
-            desc, out.steps_done, accuracy_chance("probe_test_acc", classes, percent=False, started=True), probe
-        )
     seconds = sum(run.epoch_seconds)
     return {
         "settings": asdict(s),
@@ -278,7 +275,28 @@ def train_siamese(
         "final_spectrum": run.predictor.spectrum()[0].tolist(),
         "readout_test_acc": accuracy(run.readout, test_features, run.test_labels),
         "probe_test_acc": probe,
+        "collapsed": first_collapse(desc, out.history["readout_test_acc"], run.steps_per_epoch, classes, probe),
         "epoch_seconds": run.epoch_seconds,
         "images_per_s": epochs_done * run.steps_per_epoch * s.batch_size / seconds if seconds else None,
         "device": str(device),
     }
+
+
+def first_collapse(what: str, readout: list, steps_per_epoch: int, classes: int, probe: float | None) -> str | None:
+    """Where the run collapsed, in words, or None: the first epoch whose online readout (fractions, one per epoch)
+    fell back to chance once it had started (the rule that stops other runs, `methods.divergence.
+    raise_if_at_chance`), else a final probe at chance (a probe beats chance on an untrained network's features).
+
+    A collapse is what Table 1's claims are about (L loses accuracy without the EMA target, §3), so a run trains on
+    through it to the end of its schedule and its probe is its result; this says where it happened."""
+    level = accuracy_chance("readout_test_acc", classes, percent=False)
+    checks = [(level, value, readout[:i], (i + 1) * steps_per_epoch) for i, value in enumerate(readout)]
+    if probe is not None:
+        probe_level = accuracy_chance("probe_test_acc", classes, percent=False, started=True)
+        checks.append((probe_level, probe, [], len(readout) * steps_per_epoch))
+    for chance, value, history, step in checks:
+        try:
+            raise_if_at_chance(what, step, chance, value, history)
+        except DivergenceError as err:
+            return str(err).rsplit("; ", 1)[0].replace(" diverged at ", " collapsed at ")
+    return None

@@ -17,10 +17,12 @@ and the better of the two untrained-network rows.
 
 The pilot's runs train here (`python -m gradalign.experiments.isoloss.budget_pilot`, and `... --reverse` in a
 second process to share them), committed as every run. A run's key names the device it trained on, so a GPU
-window's runs are other runs. A run the divergence rule stops is not stored as a run; it is a result all the same
-(that arm does not reach the trivial rows at this budget), so `train` writes its error line with its provenance
-under the candidate's folder (`diverged.json`, with a digest), and the page shows it. An edited or cut stored file
-is an error, never read.
+window's runs are other runs. A run whose readout collapses trains on and is stored with its probe and where it
+collapsed (`training.siamese.first_collapse`; until 2026-11-28 a collapse stopped the run, and the two it stopped
+here were trained again). A run the divergence rule stops (a NaN, an exploding loss) is not stored as a run; it is
+a result all the same (that arm does not reach the trivial rows at this budget), so `train` writes its error line
+with its provenance under the candidate's folder (`diverged.json`, with a digest), and the page shows it. An edited
+or cut stored file is an error, never read.
 """
 
 from __future__ import annotations
@@ -166,6 +168,16 @@ def answer(
 RAW, UNTRAINED = "raw pixels", "untrained network, better BN reading"
 
 
+def _collapsed(probe: float | None, entry: dict | None):
+    """A run's probe (%), marked when its readout collapsed on the way (`training.siamese.first_collapse`)."""
+    collapsed = entry and entry["value"].get("collapsed")
+    return (
+        f"{probe:.2f} (collapsed at step {collapsed.split(' collapsed at step ')[1].split(':')[0]})"
+        if collapsed
+        else probe
+    )
+
+
 def _trivial_pair(rows: dict[str, list[float]]) -> tuple[float, float]:
     """Seed 0's raw-pixel row and the better of its two untrained-network rows."""
     return rows["raw_pixels"][0], max(rows["random_init"][0], rows["random_init_data_bn"][0])
@@ -192,7 +204,8 @@ def pilot_columns(record: dict, pilots: list[tuple[Candidate, dict, dict, dict |
             if stored
             else ("not computed",) * 2
         )
-        columns[candidate.name] = {**{a: failed.get(a, probes.get(a)) for a in ARMS}, RAW: pair[0], UNTRAINED: pair[1]}
+        shown = {a: failed.get(a, _collapsed(probes.get(a), entries.get(a))) for a in ARMS}
+        columns[candidate.name] = {**shown, RAW: pair[0], UNTRAINED: pair[1]}
         if stored is None and candidate.own_images:
             answers.append(f"not answered yet with {candidate.name}: the trivial rows on its images are not computed")
         else:
