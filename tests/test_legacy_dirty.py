@@ -118,3 +118,16 @@ def test_an_unclaimed_entry_is_rebuilt_from_its_spec_and_a_wrong_key_or_kind_is_
     monkeypatch.setattr(legacy_dirty, "element_units", lambda element_id: [])
     units, others = legacy_dirty.unclaimed(runs, {f"sgr.local/{unit.key}", "lga.ssl/x", "lga.ssl/y"})
     assert [u.key for u in units] == [unit.key] and others == ["lga.ssl/x"]  # y: trained again already
+
+
+def test_sigterm_stops_a_retraining_as_an_exception_that_puts_the_entry_back():
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        legacy_dirty.stop_cleanly_on_sigterm()
+        with pytest.raises(SystemExit) as stopped:
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        assert stopped.value.code == 128 + signal.SIGTERM  # a BaseException: retrain's handler restores the entry
+    finally:
+        signal.signal(signal.SIGTERM, before)

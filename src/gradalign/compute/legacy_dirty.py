@@ -164,6 +164,17 @@ def retrain(element_id: str, runs: Path, names: set[str], cache: Path, echo=prin
     return len(todo)
 
 
+def stop_cleanly_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, `pkill`) raise SystemExit, so that `retrain` puts back the entry of the run it stops
+    (the default SIGTERM ends the process at once, leaving the removed entry's hole)."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
     from gradalign.experiments.units import UNITS
     from gradalign.store.store_root import results_root
@@ -189,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.train and cache.exists() and any(cache.iterdir()):
         parser.error(f"{cache} is not empty: give a fresh run cache, so that no dirty run is read back")
     runs, names = results_root() / "runs", listed()
+    if args.train:
+        stop_cleanly_on_sigterm()
     for element_id in args.elements or [*UNITS, UNCLAIMED]:
         if args.train:
             cuda = args.cuda_here and any(p["device"] == "cuda" for _, p in legacy_of(element_id, runs, names))
