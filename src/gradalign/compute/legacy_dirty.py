@@ -122,18 +122,17 @@ def summary(element_id: str, runs: Path, names: set[str]) -> str:
     return f"{element_id}: {', '.join(parts) if parts else 'none'}"
 
 
-TIMINGS = ("seconds", "per_s")  # a value's fields that are wall times or rates: they differ between any two runs
-
-
 def moved(old: dict, new: dict, most: int = 3) -> str:
     """In words, up to `most` top-level numbers of a run's value, timings aside, that differ between two entries ("" if
     none)."""
+    from gradalign.records.canary import TIMING
+
     a, b = old.get("value", {}), new.get("value", {})
     changed = [
         f"{k} {a[k]:.4g} -> {b[k]:.4g}"
         for k in sorted(set(a) & set(b))
         if isinstance(a[k], (int, float)) and isinstance(b[k], (int, float)) and a[k] != b[k]
-        if not any(t in k for t in TIMINGS)
+        if not TIMING.search(k)  # wall times, rates, memory: they differ between any two runs
     ]
     return ", ".join(changed[:most]) + (f" and {len(changed) - most} more" if len(changed) > most else "")
 
