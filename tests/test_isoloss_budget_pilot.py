@@ -156,3 +156,27 @@ def test_a_collapsed_run_shows_its_probe_and_where_it_collapsed():
     assert columns[ALL_IMAGES.name]["L/no_ema"] == "40.00 (collapsed at step 702)"
     assert columns[ALL_IMAGES.name]["L/ema"] == 85.0
     assert answers[0].startswith("yes")  # the collapse is L without EMA's: the claimed effect
+
+
+def test_an_order_trains_those_arms_in_that_order_and_a_wrong_one_is_refused_before_any_training(monkeypatch, tmp_path):
+    from gradalign.experiments.isoloss import budget_pilot
+
+    trained = []
+
+    class Fake:
+        def __init__(self, arm):
+            self.arm, self.label = arm, arm
+
+        def run(self):
+            trained.append(self.arm)
+
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))
+    monkeypatch.setattr(budget_pilot, "CANDIDATES", (EPOCHS_48,))
+    monkeypatch.setattr(budget_pilot, "pilot_units", lambda device, candidate: [Fake(a) for a in ARMS])
+    monkeypatch.setattr("gradalign.store.run_unit.read_entry", lambda runs, unit: None)
+    budget_pilot.train(echo=lambda _: None, order=("iso/ema", "L/ema"))
+    assert trained == ["iso/ema", "L/ema"]
+    for wrong in [(), ("L/ema", "L/ema"), ("iso/none",)]:
+        with pytest.raises(ValueError, match="order"):
+            budget_pilot.train(echo=lambda _: None, order=wrong)
+    assert trained == ["iso/ema", "L/ema"]

@@ -16,13 +16,13 @@ and the better of the two untrained-network rows.
   not close it.
 
 The pilot's runs train here (`python -m gradalign.experiments.isoloss.budget_pilot`, and `... --reverse` in a
-second process to share them), committed as every run. A run's key names the device it trained on, so a GPU
-window's runs are other runs. A run whose readout collapses trains on and is stored with its probe and where it
-collapsed (`training.siamese.first_collapse`; until 2026-11-28 a collapse stopped the run, and the two it stopped
-here were trained again). A run the divergence rule stops (a NaN, an exploding loss) is not stored as a run; it is
-a result all the same (that arm does not reach the trivial rows at this budget), so `train` writes its error line
-with its provenance under the candidate's folder (`diverged.json`, with a digest), and the page shows it. An edited
-or cut stored file is an error, never read.
+second process to share them; `--arms L/ema,iso/ema` trains those arms, in that order), committed as every run.
+A run's key names the device it trained on, so a GPU window's runs are other runs. A run whose readout collapses trains
+on and is stored with its probe and where it collapsed (`training.siamese.first_collapse`; until 2026-11-28 a collapse
+stopped the run, and the two it stopped here were trained again). A run the divergence rule stops (a NaN, an exploding
+loss) is not stored as a run; it is a result all the same (that arm does not reach the trivial rows at this budget), so
+`train` writes its error line with its provenance under the candidate's folder (`diverged.json`, with a digest), and the
+page shows it. An edited or cut stored file is an error, never read.
 """
 
 from __future__ import annotations
@@ -95,11 +95,13 @@ def pilot_units(device=None, candidate: Candidate = CANDIDATES[0]) -> list:
     return siamese_units(get("isoloss.tab1").resolve("cpu", candidate.overrides), device)
 
 
-def train(device="cpu", echo=print, reverse: bool = False) -> None:
+def train(device="cpu", echo=print, reverse: bool = False, order: tuple[str, ...] = ARMS) -> None:
     """Each candidate's trivial rows (where it has its own images) and runs not committed yet, one at a time here;
-    a diverged run is written to the candidate's `diverged.json`. `reverse`: the candidates' arms last to first, so
-    that a second process can share the work (a run in progress holds its key's lock: the other process waits for
-    it and reads it, never trains it twice)."""
+    a diverged run is written to the candidate's `diverged.json`. `order`: the arms to train, in that order (the
+    arms the answer needs first, say); `reverse`: last to first, so that a second process can share the work (a
+    run in progress holds its key's lock: the other process waits for it and reads it, never trains it twice)."""
+    if not order or set(order) - set(ARMS) or len(set(order)) != len(order):
+        raise ValueError(f"order: distinct arms among {', '.join(ARMS)}, got {order!r}")
     from gradalign.environment import git_commit, hardware
     from gradalign.errors import DivergenceError
     from gradalign.experiments import get
@@ -114,7 +116,8 @@ def train(device="cpu", echo=print, reverse: bool = False) -> None:
             rows = trivial(cfg, cfg.datasets[0], cfg.epochs[0], device)
             _store(candidate, "trivial.json", {"rows": rows, "git_commit": git_commit(), "hardware": hardware(device)})
             echo(f"ok   {candidate.name}: trivial rows {rows}")
-        pairs = list(zip(ARMS, pilot_units(device, candidate)))
+        units = dict(zip(ARMS, pilot_units(device, candidate)))
+        pairs = [(arm, units[arm]) for arm in order]
         for arm, unit in reversed(pairs) if reverse else pairs:
             done = diverged(None, candidate)  # read again per arm: another process may have written it
             if arm in done or read_entry(runs, unit) is not None:
@@ -256,4 +259,6 @@ if __name__ == "__main__":
     from gradalign.runtime import pin_threads
 
     pin_threads(1)
-    train(reverse="--reverse" in sys.argv[1:])
+    args = sys.argv[1:]
+    order = tuple(args[args.index("--arms") + 1].split(",")) if "--arms" in args else ARMS
+    train(reverse="--reverse" in args, order=order)
