@@ -180,3 +180,12 @@ def test_an_order_trains_those_arms_in_that_order_and_a_wrong_one_is_refused_bef
         with pytest.raises(ValueError, match="order"):
             budget_pilot.train(echo=lambda _: None, order=wrong)
     assert trained == ["iso/ema", "L/ema"]
+
+
+def test_the_step_is_read_from_a_divergence_or_collapse_line_and_another_line_is_refused():
+    from gradalign.experiments.isoloss.budget_pilot import step_of
+
+    assert step_of("siamese L no EMA diverged at step 702: readout_test_acc = 0.109, back at chance") == "step 702"
+    assert step_of("siamese iso no EMA collapsed at step 646: readout_test_acc = 0.17") == "step 646"
+    with pytest.raises(ValueError, match="step N"):
+        step_of("siamese L no EMA stopped early")

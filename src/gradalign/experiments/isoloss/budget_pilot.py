@@ -171,14 +171,21 @@ def answer(
 RAW, UNTRAINED = "raw pixels", "untrained network, better BN reading"
 
 
+def step_of(why: str) -> str:
+    """ "step N" from a divergence or collapse line (`methods.divergence`: "<run> diverged at step N: ...",
+    `training.siamese.first_collapse`: "... collapsed at step N: ..."); a line in another form is an error."""
+    import re
+
+    found = re.search(r" (?:diverged|collapsed) at (step \d+):", why)
+    if found is None:
+        raise ValueError(f"no 'diverged/collapsed at step N:' in {why!r}")
+    return found.group(1)
+
+
 def _collapsed(probe: float | None, entry: dict | None):
     """A run's probe (%), marked when its readout collapsed on the way (`training.siamese.first_collapse`)."""
     collapsed = entry and entry["value"].get("collapsed")
-    return (
-        f"{probe:.2f} (collapsed at step {collapsed.split(' collapsed at step ')[1].split(':')[0]})"
-        if collapsed
-        else probe
-    )
+    return f"{probe:.2f} (collapsed at {step_of(collapsed)})" if collapsed else probe
 
 
 def _trivial_pair(rows: dict[str, list[float]]) -> tuple[float, float]:
@@ -240,7 +247,7 @@ def pilot_view(record: dict):
         units = pilot_units("cpu", candidate)
         entries = {arm: read_entry(results_root() / "runs", u) for arm, u in zip(ARMS, units)}
         stopped = diverged(None, candidate)
-        failed = {a: "diverged at " + d["why"].split(" diverged at ")[-1].split(":")[0] for a, d in stopped.items()}
+        failed = {a: f"diverged at {step_of(d['why'])}" for a, d in stopped.items()}
         pilots.append((candidate, entries, failed, stored_trivial(None, candidate) if candidate.own_images else None))
         notes.append([f"; {d['why']} ({d['hardware']}, commit {d['git_commit'][:7]})" for d in stopped.values()])
     columns, answers = pilot_columns(record, pilots)
