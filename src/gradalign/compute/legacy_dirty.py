@@ -97,11 +97,12 @@ def unclaimed(runs: Path, names: set[str]) -> tuple[list, list[str]]:
     return units, others
 
 
-def legacy_of(element_id: str, runs: Path, names: set[str]) -> list[tuple[object, dict]]:
-    """(unit, provenance) of each of the element's units (`UNCLAIMED`: the rebuilt unclaimed ones) whose committed
-    entry under `runs` is listed in `names` and still names a dirty commit."""
+def legacy_of(element_id: str, runs: Path, names: set[str], units: list | None = None) -> list[tuple[object, dict]]:
+    """(unit, provenance) of each of the element's units (`UNCLAIMED`: the rebuilt unclaimed ones, or `units` when
+    given) whose committed entry under `runs` is listed in `names` and still names a dirty commit."""
     out = []
-    units = unclaimed(runs, names)[0] if element_id == UNCLAIMED else element_units(element_id)
+    if units is None:
+        units = unclaimed(runs, names)[0] if element_id == UNCLAIMED else element_units(element_id)
     for unit in units:
         path = runs / unit.kind / f"{unit.key}.json"
         if f"{unit.kind}/{unit.key}" in names and path.exists():
@@ -111,9 +112,9 @@ def legacy_of(element_id: str, runs: Path, names: set[str]) -> list[tuple[object
     return out
 
 
-def summary(element_id: str, runs: Path, names: set[str]) -> str:
+def summary(element_id: str, runs: Path, names: set[str], units: list | None = None) -> str:
     """One line: the element's legacy entries by device, with the hours they took when first trained."""
-    found = legacy_of(element_id, runs, names)
+    found = legacy_of(element_id, runs, names, units)
     count, hours = Counter(), Counter()
     for _, provenance in found:
         count[provenance["device"]] += 1
@@ -199,18 +200,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.train and cache.exists() and any(cache.iterdir()):
         parser.error(f"{cache} is not empty: give a fresh run cache, so that no dirty run is read back")
     runs, names = results_root() / "runs", listed()
+    elements = args.elements or [*UNITS, UNCLAIMED]
     if args.train:
         stop_cleanly_on_sigterm()
-    for element_id in args.elements or [*UNITS, UNCLAIMED]:
+    else:  # the unclaimed entries are found once: their summary and the list of those not rebuilt
+        rebuilt, others = unclaimed(runs, names) if UNCLAIMED in elements else ([], [])
+    for element_id in elements:
         if args.train:
             cuda = args.cuda_here and any(p["device"] == "cuda" for _, p in legacy_of(element_id, runs, names))
             retrain(element_id, runs, names, cache, cuda_here=args.cuda_here)
             if cuda:
                 print(f"{element_id}: assemble its records again from a clean tree (CUDA entries moved)")
         else:
-            print(summary(element_id, runs, names))
-    if not args.train and (not args.elements or UNCLAIMED in args.elements):
-        others = unclaimed(runs, names)[1]
+            print(summary(element_id, runs, names, rebuilt if element_id == UNCLAIMED else None))
+    if not args.train and UNCLAIMED in elements:
         kinds = Counter(name.split("/")[0] for name in others)
         print(f"not rebuilt from a spec: {', '.join(f'{n} {k}' for k, n in sorted(kinds.items())) or 'none'}")
     return 0
