@@ -16,11 +16,13 @@ book: setup data
 	$(BIN)/gradalign book --preset $(or $(PRESET),auto)
 
 # nbval executes every notebook once, cell by cell, at the smoke preset, against a temporary result store and run
-# cache (conftest.py); the suite's book build (tests/conftest.py `built`) renders nbval's executed copies.
+# cache (conftest.py); the suite's book build (tests/conftest.py `built`) renders nbval's executed copies. Two
+# pytest-xdist workers of one thread each: one runs the notebooks and then the tests that read the book (the
+# "book" scope, conftest.py), the other the rest of the suite meanwhile.
 test: setup data browser
 	$(BIN)/ruff check src tests notebooks conftest.py
 	$(BIN)/ruff format --check src tests notebooks conftest.py
-	$(BIN)/python -m pytest -q --nbval-lax --nbval-current-env notebooks tests
+	GRADALIGN_THREADS=1 $(BIN)/python -m pytest -q -n 2 --nbval-lax --nbval-current-env notebooks tests
 
 # The notebooks in a live JupyterLab, with the project's kernel (.venv); the sliders work there.
 lab: setup data

@@ -113,6 +113,56 @@ def pytest_runtest_teardown(item, nextitem):
     _RUN["copies"][entry] = target
 
 
+BOOK_FIXTURES = frozenset({"built", "book_html", "nbval_run"})
+"""The fixtures that read the book built from nbval's executed copies (tests/conftest.py)."""
+
+BOOK_FILES = frozenset(
+    f"tests/test_{name}.py"
+    for name in (
+        "book",
+        "book_browser",
+        "book_pages",
+        "book_wording",
+        "consistency",
+        "legacy_dirty",
+        "lga_settings_and_eps",
+        "notebooks",
+        "report",
+    )
+)
+"""The test files with a test that requests a `BOOK_FIXTURES` fixture (checked at collection)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that reads the book must sit in a `BOOK_FILES` file: the two-worker scheduler below runs those files
+    after the notebooks, in the worker whose nbval made the executed copies the book is built from."""
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())) and path not in BOOK_FILES:
+            raise pytest.UsageError(f"{item.nodeid} reads the book: add {path} to conftest.py's BOOK_FILES")
+
+
+def book_scope(nodeid: str) -> str:
+    """A test's scope under pytest-xdist: "book" for the notebooks' cells and the `BOOK_FILES`, else its file."""
+    path = nodeid.split("::", 1)[0]
+    return "book" if path.startswith("notebooks/") or path in BOOK_FILES else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test` runs two workers (`pytest -n 2`): each file's tests go to one worker (its module fixtures are
+    built once), and the "book" scope (`book_scope`) goes whole to one worker, in collection order (`pytest
+    notebooks tests`: the notebooks first), so that nbval's executed copies and the book built from them are in one
+    process. The other worker runs the rest of the suite meanwhile."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BookScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return book_scope(nodeid)
+
+    return BookScheduling(config, log)
+
+
 @pytest.fixture(scope="session")
 def nbval_run() -> dict | None:
     """{'dir', 'preset', 'copies': {entry: executed copy}} when nbval ran the notebooks in this session, else None.

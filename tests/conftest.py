@@ -8,16 +8,20 @@ import pytest
 os.environ.setdefault("GRADALIGN_PROGRESS", "0")
 
 
+THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else 2
+"""Torch's threads in a test: 2 on two cores, 1 in each of `make test`'s two pytest-xdist workers."""
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_threads():
     import torch
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(THREADS)
 
 
 @pytest.fixture
 def one_thread():
-    """One CPU thread for the test (small tensors; the autouse fixture above restores 2 for the next test)."""
+    """One CPU thread for the test (small tensors; the autouse fixture above restores `THREADS` for the next one)."""
     import torch
 
     torch.set_num_threads(1)

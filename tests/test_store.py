@@ -85,11 +85,13 @@ def test_bad_record_is_reported_and_recomputed(store, monkeypatch, damage):
 
 
 def test_auto_prefers_the_largest_stored_preset(store, monkeypatch):
-    assert runner.best_stored_preset("lga.alg1", store=store) is None
-    runner.run("lga.alg1", "cpu", store=store)
-    assert runner.best_stored_preset("lga.alg1", store=store) == "cpu"
-    runner.run("lga.alg1", "gpu", store=store)
-    assert runner.load_or_run("lga.alg1", "auto", store=store)["preset"] == "gpu"
+    small = dict(EXPERIMENTS["lga.alg1"].presets["smoke"])  # the cpu and gpu presets at the smoke scale: seconds
+    assert runner.best_stored_preset("lga.alg1", small, store=store) is None
+    runner.run("lga.alg1", "cpu", small, store=store)
+    assert runner.best_stored_preset("lga.alg1", small, store=store) == "cpu"
+    assert runner.best_stored_preset("lga.alg1", store=store) is None  # other settings: another record
+    runner.run("lga.alg1", "gpu", small, store=store)
+    assert runner.load_or_run("lga.alg1", "auto", small, store=store)["preset"] == "gpu"
 
 
 def test_store_root_follows_environment(tmp_path, monkeypatch):
