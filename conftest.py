@@ -117,29 +117,27 @@ BOOK_FIXTURES = frozenset({"built", "book_html", "nbval_run"})
 """The fixtures that read the book built from nbval's executed copies (tests/conftest.py)."""
 
 BOOK_FILES = frozenset(
-    f"tests/test_{name}.py"
-    for name in (
-        "book",
-        "book_browser",
-        "book_pages",
-        "book_wording",
-        "consistency",
-        "legacy_dirty",
-        "lga_settings_and_eps",
-        "notebooks",
-        "report",
-    )
+    f"tests/test_{name}.py" for name in ("book", "book_browser", "book_pages", "book_wording", "notebooks")
 )
 """The test files with a test that requests a `BOOK_FIXTURES` fixture (checked at collection)."""
+
+
+def book_readers_outside(items) -> list[str]:
+    """The node ids of the tests that request a `BOOK_FIXTURES` fixture (directly or through another fixture) and
+    do not sit in a `BOOK_FILES` file."""
+    return [
+        item.nodeid
+        for item in items
+        if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())) and item.nodeid.split("::")[0] not in BOOK_FILES
+    ]
 
 
 def pytest_collection_modifyitems(config, items):
     """A test that reads the book must sit in a `BOOK_FILES` file: the two-worker scheduler below runs those files
     after the notebooks, in the worker whose nbval made the executed copies the book is built from."""
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        if BOOK_FIXTURES & set(getattr(item, "fixturenames", ())) and path not in BOOK_FILES:
-            raise pytest.UsageError(f"{item.nodeid} reads the book: add {path} to conftest.py's BOOK_FILES")
+    outside = book_readers_outside(items)
+    if outside:
+        raise pytest.UsageError(f"{outside[0]} reads the built book: add its file to conftest.py's BOOK_FILES")
 
 
 def book_scope(nodeid: str) -> str:
