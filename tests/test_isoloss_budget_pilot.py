@@ -115,10 +115,13 @@ def test_stored_trivial_rows_cut_short_are_refused(tmp_path):
         stored_trivial(tmp_path)
 
 
-def test_a_second_process_takes_the_arms_in_reverse_and_skips_what_is_done(monkeypatch, tmp_path):
+@pytest.fixture
+def fake_arms(monkeypatch, tmp_path):
+    """The pilot with one candidate whose units only note their arm when run; returns the list they note to, and
+    the names of the arms to show as committed already (read, not trained)."""
     from gradalign.experiments.isoloss import budget_pilot
 
-    trained = []
+    trained, committed = [], set()
 
     class Fake:
         def __init__(self, arm):
@@ -130,7 +133,15 @@ def test_a_second_process_takes_the_arms_in_reverse_and_skips_what_is_done(monke
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))
     monkeypatch.setattr(budget_pilot, "CANDIDATES", (EPOCHS_48,))
     monkeypatch.setattr(budget_pilot, "pilot_units", lambda device, candidate: [Fake(a) for a in ARMS])
-    monkeypatch.setattr("gradalign.store.run_unit.read_entry", lambda runs, unit: {} if unit.arm == "L/ema" else None)
+    monkeypatch.setattr("gradalign.store.run_unit.read_entry", lambda runs, u: {} if u.arm in committed else None)
+    return trained, committed
+
+
+def test_a_second_process_takes_the_arms_in_reverse_and_skips_what_is_done(fake_arms):
+    from gradalign.experiments.isoloss import budget_pilot
+
+    trained, committed = fake_arms
+    committed.add("L/ema")
     budget_pilot.train(echo=lambda _: None, reverse=True)
     assert trained == ["iso/no_ema", "iso/ema", "L/no_ema"]  # L/ema: committed already, read, not trained
 
@@ -158,22 +169,10 @@ def test_a_collapsed_run_shows_its_probe_and_where_it_collapsed():
     assert answers[0].startswith("yes")  # the collapse is L without EMA's: the claimed effect
 
 
-def test_an_order_trains_those_arms_in_that_order_and_a_wrong_one_is_refused_before_any_training(monkeypatch, tmp_path):
+def test_an_order_trains_those_arms_in_that_order_and_a_wrong_one_is_refused_before_any_training(fake_arms):
     from gradalign.experiments.isoloss import budget_pilot
 
-    trained = []
-
-    class Fake:
-        def __init__(self, arm):
-            self.arm, self.label = arm, arm
-
-        def run(self):
-            trained.append(self.arm)
-
-    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))
-    monkeypatch.setattr(budget_pilot, "CANDIDATES", (EPOCHS_48,))
-    monkeypatch.setattr(budget_pilot, "pilot_units", lambda device, candidate: [Fake(a) for a in ARMS])
-    monkeypatch.setattr("gradalign.store.run_unit.read_entry", lambda runs, unit: None)
+    trained, _ = fake_arms
     budget_pilot.train(echo=lambda _: None, order=("iso/ema", "L/ema"))
     assert trained == ["iso/ema", "L/ema"]
     for wrong in [(), ("L/ema", "L/ema"), ("iso/none",)]:
