@@ -149,3 +149,17 @@ def test_the_projection_needs_both_stored_measurements(tmp_path, monkeypatch):
 
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path))  # no bench record, no committed runs
     assert table2_projection() is None
+
+
+def test_the_projection_from_the_committed_measurements_names_the_networks_as_the_page_shows_them():
+    import re
+
+    from gradalign.book.page_helpers import table2_projection
+
+    projection = table2_projection()  # the committed fast_path benchmark and Table 4's committed cpu runs
+    assert projection is not None
+    names = list(projection["steps_seconds"])
+    assert names == ["ResNet-26 shake-shake 2×96d, width ×0.125", "Conv-Large, width ×0.125"]
+    assert not any(re.search(r"\b[a-z]+_[a-z0-9_.]+\b", name) for name in names)  # no benchmark identifier
+    seconds = projection["steps_seconds"]
+    assert projection["step_ratio"] == pytest.approx(seconds[names[0]] / seconds[names[1]])
