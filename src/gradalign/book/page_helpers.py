@@ -293,12 +293,12 @@ def table2_projection() -> dict | None:
 
     bench = BenchStore().load("fast_path", "cpu")
     networks = (bench or {}).get("measurement", {}).get("by_network", {})
-    shake, conv = "shake_shake26_x0.125", "conv_large_x0.125"  # the benchmark's names
-    if not {shake, conv} <= set(networks):
+    models = {"shake_shake26_x0.125": "shake_shake26", "conv_large_x0.125": "conv_large"}  # benchmark -> model
+    if not set(models) <= set(networks):
         return None
-    fp32 = {name: networks[name]["seconds_per_step"]["fp32"] for name in (shake, conv)}
-    ratio = fp32[shake] / fp32[conv]
-    step = {f"{MODEL_TITLES[name.rsplit('_x', 1)[0]]}, width ×0.125": fp32[name] for name in (shake, conv)}
+    fp32 = {name: networks[name]["seconds_per_step"]["fp32"] for name in models}
+    ratio = fp32["shake_shake26_x0.125"] / fp32["conv_large_x0.125"]
+    step = {f"{MODEL_TITLES[model]}, width ×0.125": fp32[name] for name, model in models.items()}
     cfg = get("metagrad.tab2").resolve("cpu")
     seconds: dict[str, list[float]] = {"labeled_only": [], "meta_mixup": []}
     hardware = set()

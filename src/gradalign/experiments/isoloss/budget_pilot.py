@@ -95,13 +95,18 @@ def pilot_units(device=None, candidate: Candidate = CANDIDATES[0]) -> list:
     return siamese_units(get("isoloss.tab1").resolve("cpu", candidate.overrides), device)
 
 
+def check_order(order: tuple[str, ...]) -> None:
+    """A ValueError unless `order` names distinct arms among `ARMS`, at least one."""
+    if not order or set(order) - set(ARMS) or len(set(order)) != len(order):
+        raise ValueError(f"order: distinct arms among {', '.join(ARMS)}, got {order!r}")
+
+
 def train(device="cpu", echo=print, reverse: bool = False, order: tuple[str, ...] = ARMS) -> None:
     """Each candidate's trivial rows (where it has its own images) and runs not committed yet, one at a time here;
     a diverged run is written to the candidate's `diverged.json`. `order`: the arms to train, in that order (the
     arms the answer needs first, say); `reverse`: last to first, so that a second process can share the work (a
     run in progress holds its key's lock: the other process waits for it and reads it, never trains it twice)."""
-    if not order or set(order) - set(ARMS) or len(set(order)) != len(order):
-        raise ValueError(f"order: distinct arms among {', '.join(ARMS)}, got {order!r}")
+    check_order(order)
     from gradalign.environment import git_commit, hardware
     from gradalign.errors import DivergenceError
     from gradalign.experiments import get
@@ -261,11 +266,17 @@ def pilot_view(record: dict):
 
 
 if __name__ == "__main__":
-    import sys
+    import argparse
 
     from gradalign.runtime import pin_threads
 
+    parser = argparse.ArgumentParser(prog="python -m gradalign.experiments.isoloss.budget_pilot")
+    parser.add_argument("--reverse", action="store_true", help="the arms last to first (a second process)")
+    parser.add_argument("--arms", default=",".join(ARMS), help="the arms to train, in that order (comma-separated)")
+    args = parser.parse_args()
+    try:
+        check_order(tuple(args.arms.split(",")))
+    except ValueError as err:
+        parser.error(str(err))
     pin_threads(1)
-    args = sys.argv[1:]
-    order = tuple(args[args.index("--arms") + 1].split(",")) if "--arms" in args else ARMS
-    train(reverse="--reverse" in args, order=order)
+    train(reverse=args.reverse, order=tuple(args.arms.split(",")))
