@@ -207,6 +207,50 @@ def test_todays_canary_is_kept_beside_the_records_and_read_only_for_its_own_id_a
     assert todays_canary("lga.prop1", behaviour) == digest  # another id's entry is not read: the canary ran again
 
 
+def test_a_changed_record_without_todays_canary_is_listed_until_the_canary_is_kept(smoke_record):
+    """`missing_canaries`, fed a record whose code changed: listed while today's canary is not kept, not once it is;
+    a current record is never listed (it needs no canary)."""
+    from gradalign.records.canary import _module, missing_canaries, todays_canary
+    from gradalign.store.fingerprint import behaviour_fingerprint
+
+    changed = _as_if_code_changed(smoke_record)
+    assert missing_canaries([smoke_record]) == []
+    assert missing_canaries([changed, changed]) == ["lga.prop1"]
+    todays_canary("lga.prop1", behaviour_fingerprint(_module("lga.prop1")))
+    assert missing_canaries([changed]) == []
+
+
+def test_every_committed_record_reads_a_committed_canary_of_todays_code():
+    """A record whose code changed is cleared or found stale by its smoke canary on today's code; the checkout
+    keeps those canaries under `results/canaries/`, committed, so that the book, the report and this suite on a
+    fresh clone read them instead of running one smoke run per record."""
+    import json
+    import subprocess
+
+    from gradalign.elements import PARTS
+    from gradalign.environment import project_root
+    from gradalign.records.canary import _cache_path, _module, code_status, missing_canaries
+    from gradalign.store.fingerprint import behaviour_fingerprint
+
+    root = project_root()
+    records = [
+        json.loads(path.read_text()) for part in PARTS for path in sorted((root / "results" / part).glob("*/*.json"))
+    ]
+    assert records, "no committed record found"
+    how = "run `gradalign stale` on the committed code and commit results/canaries/"
+    assert missing_canaries(records) == [], how
+    listed = subprocess.run(["git", "ls-files", "results/canaries"], cwd=root, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: which canaries are committed is unknown")
+    tracked = set(listed.stdout.split())
+    needed = {
+        str(_cache_path(r["id"], behaviour_fingerprint(_module(r["id"]))).relative_to(root))
+        for r in records
+        if (code_status(r, run=False) or {}).get("why") in ("smoke canary identical", "smoke canary differs")
+    }
+    assert sorted(needed - tracked) == [], how  # kept, but written by this run (the report tests), not committed
+
+
 def test_a_moved_module_re_executes_no_notebook(tmp_path, monkeypatch):
     """The book's notebook cache keys the library by behaviour: the same code in a renamed file, the same key."""
     from gradalign.book import build as book

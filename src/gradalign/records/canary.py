@@ -280,6 +280,7 @@ def cmd_stale(args) -> int:
     """Each stored record's code status, one line each (the canary runs where a record's code changed); exit 1
     when any record is stale."""
     from gradalign.records import storage
+    from gradalign.store.store_root import results_root
 
     store = storage.result_store(args.results)
     storage.check_results_exist(store.root)
@@ -295,21 +296,41 @@ def cmd_stale(args) -> int:
         detail = f" ({status['why']}; changed: {', '.join(status['changed'])})" if status and status["changed"] else ""
         print(f"{record['id']} [{path.stem.split('-')[0]}]: {state}{detail}")
     print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no stored record")
-    _prune_canaries()
+    removed = _prune_canaries()
+    print(
+        f"canaries: today's kept in {results_root() / 'canaries'}, {len(removed)} of older code removed"
+        " (in a checkout, commit that folder: a fresh clone then reads them instead of running them)"
+    )
     return 1 if counts.get("stale") else 0
 
 
-def _prune_canaries() -> None:
-    """Keep only today's canary of each experiment under `<results>/canaries/` (older code's are never read)."""
+def _prune_canaries() -> list[Path]:
+    """Keep only today's canary of each experiment under `<results>/canaries/` (older code's are never read); the
+    files removed."""
     from gradalign.experiments import EXPERIMENTS
     from gradalign.store.store_root import results_root
 
+    removed = []
     for element_id, exp in EXPERIMENTS.items():
         today = _cache_path(element_id, behaviour_fingerprint(exp.run.__module__))
         for path in (results_root() / "canaries" / element_id).glob("*.json"):
             if path != today:
                 with contextlib.suppress(OSError):
                     path.unlink()
+                    removed.append(path)
+    return removed
+
+
+def missing_canaries(records: list[dict]) -> list[str]:
+    """The ids of `records` whose code changed since they were computed and whose canary on today's code is not
+    kept under `<results>/canaries/` (each would run a smoke canary wherever its status is asked: the book, the
+    report). Reads files only; runs nothing."""
+    missing = set()
+    for record in records:
+        status = code_status(record, run=False)
+        if status and status["why"] == "smoke canary not run on today's code":
+            missing.add(record["id"])
+    return sorted(missing)
 
 
 def main(argv: list[str] | None = None) -> int:
