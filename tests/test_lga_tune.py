@@ -142,7 +142,7 @@ def test_the_rerun_trains_figure_7_at_the_chosen_settings_at_b_and_b_over_2():
             "norm_ema_decay": 0.99,
         },
     }
-    full, half = rerun_items(chosen)
+    full, half = rerun_items(rerun_overrides(chosen))
     assert full == ("lga.fig7", "cpu", rerun_overrides(chosen)) and half[2]["protocol.steps"] == 3000
     cfg = get("lga.fig7").resolve("cpu", full[2])
     assert cfg.seeds == 3 and cfg.methods == ("supervised", "vat", "lga", "lga_vat")

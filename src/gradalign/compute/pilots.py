@@ -137,10 +137,9 @@ RERUNS: dict[str, dict] = {
     "sgr.tab3": {"protocol.epochs": 120},
 }
 """Each element's full rerun at the scale its pilots (or its budget check) chose, as overrides of its `cpu` preset:
-what a sitting (`python -m gradalign.compute.pilots --rerun <id>`) or a GPU window (`gpu_window.BACKLOG`) trains
-next, and the `cpu` preset once its runs are committed. Earlier reruns are `cpu` presets now (`local_bp.TABLE3_CPU`,
-`local_bp.TABLE6_CPU`: 60 epochs at the calibrated λ, Table 6 with the paper's K = 3; Table 7's at `sgr.lam7`'s λ, 30
-epochs; `ssl_runs.CPU_FITS`)."""
+what a sitting (`python -m gradalign.compute.pilots --rerun <id>`) or a GPU window trains next, its `cpu` preset once
+committed. Earlier reruns are `cpu` presets now (`local_bp.TABLE3_CPU`, `local_bp.TABLE6_CPU`: 60 epochs at
+the calibrated λ, Table 6 with the paper's K = 3; Table 7's at `sgr.lam7`'s λ, 30 epochs; `ssl_runs.CPU_FITS`)."""
 
 
 ON_GPU: tuple[str, ...] = ("sgr.tab7", *(fits_name(*c) for c in FITS_GRID if c[0] > 0.125))
@@ -200,6 +199,7 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
         (element_id in RUNS_LOST, "cpu runs lost with a machine's cache"),
         ((element_id, preset, overrides) in DEEP_SEEDS, "SGR at VGG-57 at 5 seeds: which seeds leave chance"),
         (RERUNS.get(element_id) == overrides, "rerun at the scale its pilots chose"),
+        ("tuned" in overrides and element_id == "lga.fig7", "Figure 7 at the settings lga.tune chose"),
     ):
         if applies:
             return what

@@ -128,12 +128,12 @@ def _measured_lines(reports: list[dict]) -> list[str]:
 
 
 def backlog_markdown(root: Path) -> str:
-    """The GPU backlog (`gpu_window.BACKLOG`) in priority order, with how many of each item's units are committed
+    """The GPU backlog (`gpu_window.full_backlog`) in priority order, with how many of each item's units are committed
     under `root/runs`: what the next window trains (a unit already committed is read, not trained)."""
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.compute.gpu_sizing import TARGET_MINUTES, committed_times, speedups, unit_minutes
-    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.gpu_window import full_backlog
     from gradalign.compute.pilots import purpose
     from gradalign.store.run_unit import read_entry
 
@@ -153,7 +153,7 @@ def backlog_markdown(root: Path) -> str:
         "| # | element | preset | what | units committed | minutes per unit left in a window: median (range) |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for n, (element_id, preset, overrides) in enumerate(BACKLOG, 1):
+    for n, (element_id, preset, overrides) in enumerate(full_backlog(), 1):
         what = purpose(element_id, preset, overrides)
         units = units_of(element_id, get(element_id).resolve(preset, overrides)) if element_id in UNITS else []
         missing = [unit for unit in units if read_entry(root / "runs", unit) is None]

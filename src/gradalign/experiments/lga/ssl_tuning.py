@@ -15,8 +15,8 @@ selection).
 The choice (`choose`): per method and label count, the candidate with the highest validation accuracy (ties: the
 earlier candidate); none while any of that method's candidates is not trained. The fairness summary (`fairness`):
 whether tuning gained LGA more validation accuracy over its candidate 0 than it gained supervised training and VAT.
-The follow-on (`rerun_overrides`, `rerun_items`): Figure 7's four methods at the settings chosen at 4,000 labels,
-3 seeds, at the `cpu` budget B and at B/2; it is trained after this study's record, not before.
+The follow-on (`rerun_overrides`, `rerun_items`, `compute.lga_rerun`): Figure 7's four methods at the settings chosen at
+4,000 labels, 3 seeds, at the `cpu` budget B and at B/2; it is trained after this study's record, not before.
 """
 
 from __future__ import annotations
@@ -180,15 +180,11 @@ def rerun_overrides(chosen: dict[str, dict[str, float]]) -> dict:
     return {"tuned": tuned}
 
 
-def rerun_items(chosen: dict[str, dict[str, float]]) -> list[tuple[str, str, dict]]:
-    """The follow-on backlog items: Figure 7 at the `cpu` scale (3 seeds, the four methods) at the chosen settings,
-    at the budget B and at B/2 (the schedule compressed into half the steps, as `claim_budget.half_overrides`)."""
-    full = rerun_overrides(chosen)
+def rerun_items(full: dict) -> list[tuple[str, str, dict]]:
+    """The follow-on backlog items from Figure 7's overrides at the chosen settings (`rerun_overrides`): Figure 7 at
+    the `cpu` scale (3 seeds, the four methods) at the budget B and at B/2 (the schedule compressed into half the
+    steps, as `claim_budget.half_overrides`). `compute.lga_rerun.items` reads them from the study's record."""
     return [("lga.fig7", "cpu", full), ("lga.fig7", "cpu", {**full, "protocol.steps": CPU["protocol.steps"] // 2})]
-
-
-AFTER = {"lga.fig7": "after lga.tune: Figure 7's four methods at the chosen settings, 3 seeds, B and B/2"}
-"""Backlog items that wait on this study's choice (`rerun_items`): not in `gpu_window.BACKLOG` until it is made."""
 
 
 def _table(cfg: TuneConfig, read) -> tuple[dict, dict]:
