@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from gradalign.compute import pilots
+from gradalign.compute import pilots, window_report
 from gradalign.records import runner
 from gradalign.experiments import get
 from gradalign.experiments.budget_rule import budget_gain, finished_with_budget
@@ -151,8 +151,8 @@ def test_the_budget_checks_follow_the_reruns_they_read_and_assemble_no_record():
     assert pilots.runs_only("sgr.tab7", "cpu", half) and not pilots.runs_only(
         "sgr.tab7", "cpu", pilots.RERUNS["sgr.tab7"]
     )
-    assert pilots.purpose("sgr.tab6", "cpu", {"protocol.epochs": 30}).startswith("budget check")
-    assert pilots.purpose("sgr.tab3", "cpu", {"protocol.epochs": 120}).startswith("rerun")
+    assert window_report.purpose("sgr.tab6", "cpu", {"protocol.epochs": 30}).startswith("budget check")
+    assert window_report.purpose("sgr.tab3", "cpu", {"protocol.epochs": 120}).startswith("rerun")
     units = pilots.budget_units("sgr.tab6")
     assert len(units) == 39 and all(u.spec["protocol"]["epochs"] == 30 for u in units)
     with pytest.raises(ValueError, match="no budget check"):

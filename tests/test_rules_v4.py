@@ -218,13 +218,15 @@ def test_the_control_setting_is_accepted():
 
 
 def test_a_gpu_window_trains_the_control_runs_and_assembles_no_record_from_them():
-    from gradalign.compute import pilots
+    from gradalign.compute import pilots, window_report
     from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
     from gradalign.compute.gpu_window import BACKLOG
 
     for element_id in CONTROLLED:
         assert (element_id, "cpu", CONTROL) in BACKLOG
-        assert pilots.runs_only(element_id, "cpu", CONTROL) and "α_w = 0" in pilots.purpose(element_id, "cpu", CONTROL)
+        assert pilots.runs_only(element_id, "cpu", CONTROL) and "α_w = 0" in window_report.purpose(
+            element_id, "cpu", CONTROL
+        )
     assert not pilots.runs_only("lga.fig7", "cpu", {})
 
 
@@ -314,7 +316,7 @@ def test_half_overrides_halve_steps_epochs_or_per_dataset_epochs():
 
 
 def test_a_gpu_window_trains_the_half_budget_runs_as_runs_only():
-    from gradalign.compute import pilots
+    from gradalign.compute import pilots, window_report
     from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item, is_half_budget
     from gradalign.compute.gpu_window import BACKLOG
 
@@ -322,7 +324,7 @@ def test_a_gpu_window_trains_the_half_budget_runs_as_runs_only():
     assert half_budget_item("isoloss.tab1") == ("isoloss.tab1", "cpu", {"epochs": [8]})
     for element_id in HALF_BUDGET_QUEUE:
         item = half_budget_item(element_id)
-        assert item in BACKLOG and pilots.runs_only(*item) and "half" in pilots.purpose(*item)
+        assert item in BACKLOG and pilots.runs_only(*item) and "half" in window_report.purpose(*item)
     assert not is_half_budget("lga.fig7", "cpu", {"protocol.steps": 2000})
 
 

@@ -6,8 +6,9 @@ accuracy at 4,000 labels, and its record stores Figure 7's overrides at those se
 progress, so the rerun waits for a record that committed code assembled:
 
 - `items()`: the work, Figure 7 at the `cpu` scale (its four methods, 3 seeds, 3 label counts) at the chosen settings,
-  at the budget B and at B/2 (`ssl_tuning.rerun_items`: 36 runs each); [] until the study's record is stored. A GPU
-  window's backlog takes them right after the study (`gpu_window.full_backlog`).
+  at the budget B and at B/2 (`ssl_tuning.rerun_items`: 36 runs each), and the mechanism's control (LGA's 18 runs
+  with α_w = 0, `validity.control_for`); [] until the study's record is stored. A GPU window's backlog takes them
+  right after the study (`gpu_window.full_backlog`).
 - `record()`: Figure 7's record at the chosen settings, once assembled: the same rules and checks as the untuned
   Figure 7, the B/2 runs read by the claim-level budget rule.
 - `status()`: where the rerun stands, in words, for the page.
@@ -42,11 +43,23 @@ def overrides(store=None) -> dict | None:
 
 
 def items(store=None) -> list[tuple[str, str, dict]]:
-    """The rerun as backlog items (element, preset, overrides), B then B/2; [] until the study's record is stored."""
+    """The rerun as backlog items (element, preset, overrides): B, B/2, then the mechanism's control at B (LGA's arms
+    with α_w = 0 at the tuned settings, `validity.control_for`); [] until the study's record is stored."""
     from gradalign.experiments.lga.ssl_tuning import rerun_items
+    from gradalign.experiments.lga.validity import control_for
 
     found = overrides(store)
-    return rerun_items(found) if found else []
+    if not found:
+        return []
+    return [*rerun_items(found), (ELEMENT, "cpu", {**found, **control_for(found["tuned"])})]
+
+
+def rerun_purpose(given: dict) -> str:
+    """What one of `items()` trains, in words (the GPU backlog's table)."""
+    if given.get("lga.alpha_w") == 0.0:
+        return "Figure 7 at the settings lga.tune chose: the mechanism control, LGA's runs with α_w = 0"
+    half = ", at half the steps" if "protocol.steps" in given else ""
+    return f"Figure 7 at the settings lga.tune chose{half}"
 
 
 def record(store=None) -> dict | None:
@@ -65,8 +78,8 @@ def committed(store=None) -> tuple[int, int]:
     from gradalign.store.run_unit import read_entry
 
     folder = (store or ResultStore()).root / "runs"
-    units = [u for e, p, o in items(store) for u in units_of(e, get(e).resolve(p, o))]
-    return sum(read_entry(folder, u) is not None for u in units), len(units)
+    units = {u.key: u for e, p, o in items(store) for u in units_of(e, get(e).resolve(p, o))}  # a run once
+    return sum(read_entry(folder, u) is not None for u in units.values()), len(units)
 
 
 def status(store=None) -> str:
@@ -81,8 +94,8 @@ def status(store=None) -> str:
     done, total = committed(store)
     return (
         f"Figure 7 at the tuned settings: {done} of its {total} runs (3 seeds, at the full budget and at half of "
-        "it) are committed; its record is assembled once all are (`python -m gradalign.compute.lga_rerun` trains "
-        "them, on this machine or in a GPU window)."
+        "it, and LGA's with α_w = 0) are committed; its record is assembled once all are "
+        "(`python -m gradalign.compute.lga_rerun` trains them, on this machine or in a GPU window)."
     )
 
 

@@ -181,29 +181,12 @@ def is_budget_check(element_id: str, preset: str, overrides: dict) -> bool:
 def runs_only(element_id: str, preset: str, overrides: dict) -> bool:
     """Whether a backlog item's runs are trained and committed with no record assembled from them: a pilot's, a
     budget check's (`claim_budget.is_half_budget` too), a mechanism control's (`lga.validity.CONTROL`) or the seeds
-    of SGR at VGG-57 (`experiments.sgr.deep_seeds`, which reads them; a record there would shadow Table 7's)."""
+    of SGR at VGG-57 (`experiments.sgr.deep_seeds`, which reads them; a record there would shadow Table 7's), or
+    Figure 7 at the settings lga.tune chose (`lga_rerun`: its record is assembled once all three items are in)."""
     item = (element_id, preset, overrides)
     control = preset == "cpu" and element_id in CONTROLLED and overrides == CONTROL
-    return control or is_half_budget(*item) or is_pilot(*item) or is_budget_check(*item) or item in DEEP_SEEDS
-
-
-def purpose(element_id: str, preset: str, overrides: dict) -> str:
-    """What a backlog item (`gpu_window.BACKLOG`) trains, in words."""
-    if preset != "cpu":
-        return f"{preset} preset"
-    for applies, what in (
-        (is_budget_check(element_id, preset, overrides), "budget check: its runs at half the epochs"),
-        (is_half_budget(element_id, preset, overrides), "budget check: its runs at half the steps or epochs"),
-        (is_pilot(element_id, preset, overrides), "pilot over the CPU budget"),
-        (overrides == CONTROL, "mechanism control: the LGA runs with α_w = 0"),
-        (element_id in RUNS_LOST, "cpu runs lost with a machine's cache"),
-        ((element_id, preset, overrides) in DEEP_SEEDS, "SGR at VGG-57 at 5 seeds: which seeds leave chance"),
-        (RERUNS.get(element_id) == overrides, "rerun at the scale its pilots chose"),
-        ("tuned" in overrides and element_id == "lga.fig7", "Figure 7 at the settings lga.tune chose"),
-    ):
-        if applies:
-            return what
-    return "cpu design over the CPU budget" if element_id in OVER_CPU_BUDGET else "cpu preset"
+    tuned = element_id == "lga.fig7" and "tuned" in overrides
+    return control or tuned or is_half_budget(*item) or is_pilot(*item) or is_budget_check(*item) or item in DEEP_SEEDS
 
 
 BUDGET_CHECKS: tuple[str, ...] = ("sgr.tab7", "sgr.tab6", "sgr.tab3")

@@ -127,6 +127,37 @@ def _measured_lines(reports: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def purpose(element_id: str, preset: str, overrides: dict) -> str:
+    """What a backlog item (`gpu_window.full_backlog`) trains, in words."""
+    from gradalign.compute.lga_rerun import rerun_purpose
+    from gradalign.compute.pilots import (
+        OVER_CPU_BUDGET,
+        RERUNS,
+        RUNS_LOST,
+        is_budget_check,
+        is_pilot,
+    )
+    from gradalign.experiments.claim_budget import is_half_budget
+    from gradalign.experiments.lga.validity import CONTROL
+    from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
+
+    if preset != "cpu":
+        return f"{preset} preset"
+    for applies, what in (
+        (is_budget_check(element_id, preset, overrides), "budget check: its runs at half the epochs"),
+        (is_half_budget(element_id, preset, overrides), "budget check: its runs at half the steps or epochs"),
+        (is_pilot(element_id, preset, overrides), "pilot over the CPU budget"),
+        (overrides == CONTROL, "mechanism control: the LGA runs with α_w = 0"),
+        (element_id in RUNS_LOST, "cpu runs lost with a machine's cache"),
+        ((element_id, preset, overrides) in DEEP_SEEDS, "SGR at VGG-57 at 5 seeds: which seeds leave chance"),
+        (RERUNS.get(element_id) == overrides, "rerun at the scale its pilots chose"),
+        ("tuned" in overrides and element_id == "lga.fig7", rerun_purpose(overrides)),
+    ):
+        if applies:
+            return what
+    return "cpu design over the CPU budget" if element_id in OVER_CPU_BUDGET else "cpu preset"
+
+
 def backlog_markdown(root: Path) -> str:
     """The GPU backlog (`gpu_window.full_backlog`) in priority order, with how many of each item's units are committed
     under `root/runs`: what the next window trains (a unit already committed is read, not trained)."""
@@ -134,7 +165,6 @@ def backlog_markdown(root: Path) -> str:
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.compute.gpu_sizing import TARGET_MINUTES, committed_times, speedups, unit_minutes
     from gradalign.compute.gpu_window import full_backlog
-    from gradalign.compute.pilots import purpose
     from gradalign.store.run_unit import read_entry
 
     diverged = diverged_before(root)

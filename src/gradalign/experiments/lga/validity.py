@@ -48,6 +48,17 @@ CONTROL = {"lga.alpha_w": 0.0}  # the mechanism's control: the same runs (settin
 CONTROLLED = ("lga.fig7", "lga.tab1")  # whose control runs a GPU window trains (Figures 5 and 6 read Figure 7's)
 
 
+def control_for(tuned) -> dict:
+    """The control's overrides of a benchmark config whose `tuned` values are `tuned` ((method, setting, value)
+    triples): `CONTROL`, with every tuned α_w of the method's arms at 0 as well. A tuned value is applied after
+    `lga.alpha_w` (`ssl_runs.method_settings`), so `CONTROL` alone would train the tuned α_w again: a control
+    identical to the treatment. Untuned (no tuned α_w): `CONTROL` itself, so the committed controls keep their keys."""
+    if not any(name == "alpha_w" and method in METHOD_ARMS for method, name, _ in tuned):
+        return dict(CONTROL)
+    frozen = [[m, n, 0.0 if n == "alpha_w" and m in METHOD_ARMS else v] for m, n, v in tuned]
+    return {**CONTROL, "tuned": frozen}
+
+
 def alignment_check(lga: dict[str, list[float]], control: dict[str, list[float]]) -> dict:
     """The mechanism-active precondition of the benchmark: at every arm (`lga[arm]`, one value per seed: the mean of
     cos(g_ℓ, g_u) over training), LGA's alignment beats its α_w = 0 control's (`control[arm]`, the same seeds) by
@@ -89,7 +100,8 @@ def _mechanism(record: dict, runs: list[tuple[str, dict]]) -> dict:
         return out
 
     prefix = (lambda spec: f"{spec['dataset']}/") if "columns" in record["metrics"] else (lambda spec: "")
-    controls = [(u, e) for u, e in entries(record, CONTROL) if u.spec["method"] in METHOD_ARMS]
+    control = control_for(record["config"].get("tuned") or ())
+    controls = [(u, e) for u, e in entries(record, control) if u.spec["method"] in METHOD_ARMS]
     missing = [u.label for u, e in controls if e is None]
     lga = by_arm(runs)
     if not controls or missing or not lga:
