@@ -13,6 +13,7 @@ from gradalign.errors import ConfigError
 from gradalign.experiments import get
 from gradalign.experiments.lga.ssl_runs import method_settings
 from gradalign.experiments.lga.ssl_tuning import (
+    DIVERGED,
     SPACES,
     candidate_values,
     candidates,
@@ -80,6 +81,8 @@ def test_the_choice_takes_the_best_validation_accuracy_the_earlier_on_a_tie_and_
     assert choose([81.5, 81.5]) == 0
     assert choose([80.0, None, 99.0]) is None
     assert choose([]) is None
+    assert choose([80.0, DIVERGED, 79.0]) == 0 and choose([DIVERGED, 70.0]) == 1  # a diverged run ranks last
+    assert choose([DIVERGED, DIVERGED]) is None  # nothing to choose
 
 
 def test_fairness_compares_the_gains_from_tuning():
@@ -92,6 +95,8 @@ def test_fairness_compares_the_gains_from_tuning():
     assert out["gains"] == {"supervised": 1.0, "vat": 0.5, "lga": 4.0} and out["lga_gains_most"] is True
     val["vat"]["250"] = [72.0, 77.0]
     assert fairness(val)["250"]["lga_gains_most"] is False
+    val["lga"]["250"] = [69.0, DIVERGED]
+    assert fairness(val)["250"]["gains"]["lga"] == 0.0  # the diverged draw is not chosen: no gain
     val["lga"]["250"] = [69.0, None]
     assert fairness(val)["250"]["lga_gains_most"] == "not trained"
 
@@ -164,6 +169,55 @@ def test_the_view_works_with_no_run_committed(tmp_path):
     assert (view["validation accuracy, 250 labels (%)"] == "not trained").all()
     assert not (view["chosen at 4,000"] == "yes").any()
     assert view.attrs["answer"].startswith("Not answered yet: 0 of 48")
+
+
+def test_a_diverged_candidate_is_kept_shown_and_ranked_last_and_an_edited_record_of_it_is_refused(tmp_path, store):
+    """A candidate whose run diverged stores no run entry: kept in `tune_diverged`'s file, the page shows it as
+    diverged (not "not trained", which would block the choice forever); an edited file is an error, never read."""
+    from gradalign.experiments.lga.tune_diverged import FILE, diverged, keep_diverged
+    from gradalign.experiments.lga.ssl_tuning import tune_units
+    from gradalign.store.atomic import StoredJSONError
+
+    unit = tune_units(cpu_config())[-1]  # LGA's last candidate at 4,000 labels
+    assert diverged() == {}
+    kept = keep_diverged(unit, "lga diverged at step 1200: loss is not finite", "cpu")
+    assert diverged() == {unit.key: kept} and kept["label"] == unit.label and kept["git_commit"]
+    view = tuning_view(store.root)
+    column = view["validation accuracy, 4,000 labels (%)"]
+    assert list(column[view["method"] == "LGA"])[-1] == "diverged" and (column == "diverged").sum() == 1
+    path = store.root / FILE
+    path.write_text(path.read_text().replace("1200", "1300"))
+    with pytest.raises(StoredJSONError, match="digest does not match"):
+        diverged()
+
+
+def test_the_study_assembles_with_a_diverged_candidate_and_does_not_train_it_again(store, monkeypatch):
+    """`tune` fed a candidate whose run raises a DivergenceError: the record is assembled, that candidate ranks last,
+    and the next assembly reads the kept divergence instead of training it again."""
+    from gradalign.errors import DivergenceError
+    from gradalign.experiments.lga.ssl_tuning import PRESETS, TuneConfig, tune, tune_units
+    from gradalign.config import resolve
+    from gradalign.store import run_unit
+
+    cfg = resolve(TuneConfig, PRESETS, "smoke", None)
+    units = tune_units(cfg)
+    bad = next(u for u in units if u.spec["method"] == "vat" and "candidate 1" in u.label)
+    calls = []
+
+    def run(self, root=None):
+        calls.append(self.key)
+        if self.key == bad.key:
+            raise DivergenceError("vat diverged at step 40: accuracy at chance")
+        return {"best_val_error": 30.0 - 0.1 * len(calls), "train_seconds": 1.0, "history": {"val_error": [30.0]}}
+
+    monkeypatch.setattr(run_unit.Unit, "run", run)
+    out = tune(cfg, "cpu")
+    vat = [row["val_acc"][str(bad.spec["labels"])] for row in out["metrics"]["rows"]["vat"]]
+    assert vat[1] == DIVERGED and out["metrics"]["chosen"]["vat"][str(bad.spec["labels"])]["candidate"] == 0
+    assert calls.count(bad.key) == 1 and len(calls) == len({u.key for u in units})
+    calls.clear()
+    tune(cfg, "cpu")
+    assert bad.key not in calls  # read from the kept divergence
 
 
 def test_the_cost_counts_every_uncommitted_run_and_is_unknown_without_stored_times(tmp_path):

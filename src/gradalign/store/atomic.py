@@ -268,3 +268,22 @@ def content_digest(document: dict) -> str:
     body = json.loads(dumps_strict({key: value for key, value in document.items() if key != "digest"}))
     canonical = dumps_strict(body, sort_keys=True, separators=(",", ":"))  # keys and tuples as JSON stores them
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def write_digested(path: Path, document: dict) -> Path:
+    """Write `document` atomically with its `content_digest`, so that an edit or a cut is found when read."""
+    return write_json_atomically(path, {**document, "digest": content_digest(document)})
+
+
+def read_digested(path: Path) -> dict | None:
+    """The document `write_digested` stored at `path`, None when there is none; a StoredJSONError naming the path when
+    it is cut short, not JSON, or edited (its digest no longer matches its content)."""
+    if not path.exists():
+        return None
+    try:
+        document = read_json_strict(path)
+    except StoredJSONError as err:
+        raise StoredJSONError(f"{path}: {err}") from None
+    if not isinstance(document, dict) or document.get("digest") != content_digest(document):
+        raise StoredJSONError(f"{path}: its digest does not match its content (edited?)")
+    return document

@@ -58,23 +58,17 @@ CANDIDATES = (
 
 def _stored(root, candidate: Candidate, name: str) -> dict | None:
     """The candidate's stored document `name` (None: not written yet); an edited or cut file is an error."""
-    from gradalign.store.atomic import StoredJSONError, content_digest, read_json_strict
+    from gradalign.store.atomic import read_digested
     from gradalign.store.store_root import results_root
 
-    path = (root or results_root()) / candidate.folder / name
-    if not path.exists():
-        return None
-    document = read_json_strict(path)
-    if document.get("digest") != content_digest(document):
-        raise StoredJSONError(f"{path}: its digest does not match its content (edited?)")
-    return document
+    return read_digested((root or results_root()) / candidate.folder / name)
 
 
 def _store(candidate: Candidate, name: str, document: dict) -> None:
-    from gradalign.store.atomic import content_digest, write_json_atomically
+    from gradalign.store.atomic import write_digested
     from gradalign.store.store_root import results_root
 
-    write_json_atomically(results_root() / candidate.folder / name, {**document, "digest": content_digest(document)})
+    write_digested(results_root() / candidate.folder / name, document)
 
 
 def diverged(root=None, candidate: Candidate = CANDIDATES[0]) -> dict[str, dict]:

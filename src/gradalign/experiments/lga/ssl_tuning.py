@@ -13,7 +13,8 @@ Figure 7's seed-0 runs, the same keys), scored by its best validation error over
 selection).
 
 The choice (`choose`): per method and label count, the candidate with the highest validation accuracy (ties: the
-earlier candidate); none while any of that method's candidates is not trained. The fairness summary (`fairness`):
+earlier candidate); none while any of that method's candidates is not trained. A candidate whose run diverged ranks
+below every trained one and is kept as a result, never trained again (`tune_diverged`). The fairness summary (`fairness`):
 whether tuning gained LGA more validation accuracy over its candidate 0 than it gained supervised training and VAT.
 The follow-on (`rerun_overrides`, `rerun_items`, `compute.lga_rerun`): Figure 7's four methods at the settings chosen at
 4,000 labels, 3 seeds, at the `cpu` budget B and at B/2; it is trained after this study's record, not before.
@@ -131,12 +132,17 @@ def tune_units(cfg: TuneConfig) -> list:
     ]
 
 
-def choose(val_acc: list[float | None]) -> int | None:
-    """The candidate with the highest validation accuracy, the earlier one on a tie; None while any is not
-    trained (None)."""
+DIVERGED = "diverged"  # a candidate's validation accuracy when its run diverged: ranked below every trained one
+
+
+def choose(val_acc: list[float | str | None]) -> int | None:
+    """The candidate with the highest validation accuracy, the earlier one on a tie, a diverged run (`DIVERGED`)
+    below every other; None while any is not trained (None), or when every one diverged."""
     if not val_acc or any(v is None for v in val_acc):
         return None
-    return max(range(len(val_acc)), key=lambda i: (val_acc[i], -i))
+    scored = [v if isinstance(v, (int, float)) else float("-inf") for v in val_acc]
+    best = max(range(len(scored)), key=lambda i: (scored[i], -i))
+    return None if scored[best] == float("-inf") else best
 
 
 def fairness(val_acc: dict[str, dict[str, list[float | None]]]) -> dict[str, dict]:
@@ -147,7 +153,8 @@ def fairness(val_acc: dict[str, dict[str, list[float | None]]]) -> dict[str, dic
         gains = {}
         for method, by_labels in val_acc.items():
             i = choose(by_labels[n])
-            gains[method] = None if i is None else round(by_labels[n][i] - by_labels[n][0], 2)
+            first = by_labels[n][0]
+            gains[method] = None if i is None or first == DIVERGED else round(by_labels[n][i] - first, 2)
         others = [g for m, g in gains.items() if m != "lga"]
         known = gains.get("lga") is not None and all(g is not None for g in others)
         out[n] = {"gains": gains, "lga_gains_most": all(gains["lga"] > g for g in others) if known else "not trained"}
@@ -197,7 +204,13 @@ def _table(cfg: TuneConfig, read) -> tuple[dict, dict]:
             row = {"candidate": i, "settings": candidate_values(cfg, method, changes), "val_acc": {}}
             for n in cfg.labels:
                 value = read(candidate_unit(cfg, method, i, changes, n))
-                acc = None if value is None else round(100.0 - value["best_val_error"], 2)
+                acc = (
+                    None
+                    if value is None
+                    else DIVERGED
+                    if DIVERGED in value
+                    else round(100 - value["best_val_error"], 2)
+                )
                 row["val_acc"][str(n)] = acc
                 val_acc[method][str(n)].append(acc)
             rows[method].append(row)
@@ -219,8 +232,16 @@ def tune(cfg: TuneConfig, device) -> dict:
     """Every candidate's runs (trained where not stored), the choice, the fairness summary and the follow-on."""
     from gradalign.progress import progress
 
+    from gradalign.errors import DivergenceError
+    from gradalign.experiments.lga.tune_diverged import diverged, keep_diverged
+
     units = {unit.key: unit for unit in tune_units(cfg)}
-    values = {key: unit.run() for key, unit in progress(list(units.items()), desc="lga.tune candidates")}
+    stopped, values = diverged(), {}
+    for key, unit in progress(list(units.items()), desc="lga.tune candidates"):
+        try:
+            values[key] = {DIVERGED: stopped[key]["why"]} if key in stopped else unit.run()
+        except DivergenceError as err:  # a result: the candidate ranks last (`choose`), and it is not trained again
+            values[key] = {DIVERGED: keep_diverged(unit, str(err), device)["why"]}
     rows, val_acc = _table(cfg, lambda unit: values[unit.key])
     chosen = choices(cfg, rows, val_acc)
     accs = {m: {n: c["val_acc"] for n, c in by.items()} for m, by in chosen.items()}
@@ -232,9 +253,11 @@ def tune(cfg: TuneConfig, device) -> dict:
         "rerun": rerun_overrides({m: chosen[m][at]["settings"] for m in cfg.methods})
         if set(cfg.methods) == set(SPACES)
         else None,
-        "train_seconds": sum(v["train_seconds"] for v in values.values()),
+        "train_seconds": sum(v.get("train_seconds", 0.0) for v in values.values()),
     }
-    curves = {unit.label: values[key]["history"]["val_error"] for key, unit in units.items()}
+    curves = {
+        unit.label: values[key]["history"]["val_error"] for key, unit in units.items() if DIVERGED not in values[key]
+    }
     return outcome(tune_checks(accs, cfg.labels), metrics, curves, scope="reduced")
 
 
@@ -263,8 +286,15 @@ def tuning_view(root=None):
     from gradalign.training.ssl import TITLES
     from gradalign.store.store_root import results_root
 
-    cfg, folder = cpu_config(), (root or results_root()) / "runs"
-    rows, val_acc = _table(cfg, lambda unit: (read_entry(folder, unit) or {}).get("value"))
+    from gradalign.experiments.lga.tune_diverged import diverged
+
+    cfg, folder, stopped = cpu_config(), (root or results_root()) / "runs", diverged(root)
+
+    def read(unit):
+        entry = read_entry(folder, unit)
+        return entry["value"] if entry else {DIVERGED: stopped[unit.key]["why"]} if unit.key in stopped else None
+
+    rows, val_acc = _table(cfg, read)
     chosen = choices(cfg, rows, val_acc)
     table = []
     for method, cands in rows.items():
@@ -273,7 +303,8 @@ def tuning_view(root=None):
             names = {**SYMBOLS, "lr": "α_θ" if method == "lga" else "lr"}
             entry["settings"] = ", ".join(f"{names[k]} {_short(v)}" for k, v in row["settings"].items())
             for n, acc in row["val_acc"].items():
-                entry[f"validation accuracy, {int(n):,} labels (%)"] = "not trained" if acc is None else f"{acc:.2f}"
+                shown = "not trained" if acc is None else acc if acc == DIVERGED else f"{acc:.2f}"
+                entry[f"validation accuracy, {int(n):,} labels (%)"] = shown
                 pick = chosen[method][n]
                 entry[f"chosen at {int(n):,}"] = "yes" if pick and pick["candidate"] == row["candidate"] else ""
             table.append(entry)
