@@ -14,8 +14,9 @@ selection).
 
 The choice (`choose`): per method and label count, the candidate with the highest validation accuracy (ties: the
 earlier candidate); none while any of that method's candidates is not trained. A candidate whose run diverged ranks
-below every trained one and is kept as a result, never trained again (`tune_diverged`). The fairness summary (`fairness`):
-whether tuning gained LGA more validation accuracy over its candidate 0 than it gained supervised training and VAT.
+below every trained one and is kept as a result, never trained again (`tune_diverged`). The fairness summary
+(`fairness`): whether tuning gained LGA more validation accuracy over its candidate 0 than it gained supervised training
+and VAT.
 The follow-on (`rerun_overrides`, `rerun_items`, `compute.lga_rerun`): Figure 7's four methods at the settings chosen at
 4,000 labels, 3 seeds, at the `cpu` budget B and at B/2; it is trained after this study's record, not before.
 """
