@@ -80,8 +80,102 @@ def test_the_study_reads_table_3s_layerwise_and_its_calibrated_sgr_runs():
 
 @pytest.mark.parametrize(
     "overrides, message",
-    [({"mean_lams": [0.0]}, "mean_lams"), ({"validation": 0}, "validation"), ({"lam": 1.0}, "not used")],
+    [
+        ({"mean_lams": [0.0]}, "mean_lams"),
+        ({"validation": 0}, "validation"),
+        ({"lam": 1.0}, "not used"),
+        ({"chosen": [["resnet32", "mean λ=1"]]}, "chosen"),  # a network without its reading
+        ({"chosen": [["resnet32", "mean λ=7"], ["plainnet32", "mean λ=1"]]}, "chosen"),  # not a reading of the study
+    ],
 )
 def test_bad_study_settings_are_refused_before_any_compute(overrides, message):
     with pytest.raises(ConfigError, match=message):
         get("sgr.lamfull").resolve("smoke", overrides)
+
+
+def test_at_half_the_budget_the_study_compares_b_s_choice_and_trains_no_choice_run_nor_other_reading():
+    """`half_budget`: B/2 is given B's choice, so a check keeps its name only for the same reading (a choice made again
+    at B/2 could differ under that name); its units are the chosen readings' and layer-wise's, nothing else."""
+    from gradalign.experiments.claim_budget import half_overrides
+    from gradalign.experiments.sgr.lambda_study import half_budget
+    from gradalign.experiments.units import units_of
+
+    study = get("sgr.lamfull")
+    record = {
+        "config": study.resolve("cpu", {}).to_dict(),
+        "metrics": {"chosen": {"resnet32": "mean λ=1", "plainnet32": "mean λ=1000"}},
+    }
+    given = half_budget(record)
+    half = study.resolve("cpu", {**half_overrides(record["config"]), **given})
+    assert half.protocol.epochs == 30 and half.chosen_readings() == {
+        "resnet32": ("mean", 1.0),
+        "plainnet32": ("mean", 1000.0),
+    }
+    units = units_of("sgr.lamfull", half)
+    assert not any(u.spec.get("validation") for u in units)  # no choice run
+    sgr = {
+        (u.spec["network"], u.spec["method"]["lam"], u.spec["method"]["reduction"])
+        for u in units
+        if u.spec["method"]["method"] == "sgr"
+    }
+    assert sgr == {("resnet32", 1.0, "mean"), ("plainnet32", 1000.0, "mean")}
+    assert len(units) == 2 * 3 + 2 * 3  # layer-wise's 6 and the two chosen readings' 3 seeds each
+
+
+def test_a_diverged_choice_run_scores_chance_is_kept_and_is_not_trained_again(store, monkeypatch):
+    """`choice` fed a run that raises a DivergenceError: its reading scores chance (never chosen over a trained one),
+    the divergence is kept as a result, and the next choice reads it instead of training the run again."""
+    from gradalign.errors import DivergenceError
+    from gradalign.experiments.diverged_runs import diverged
+    from gradalign.experiments.sgr.lambda_study import choice
+    from gradalign.store import run_unit
+
+    cfg = get("sgr.lamfull").resolve("smoke", {})
+    calls = []
+
+    def run(self, root=None):
+        calls.append(self.key)
+        if self.spec["network"] == "resnet32" and self.spec["method"]["reduction"] == "sum":
+            raise DivergenceError("sgr diverged at epoch 1: loss is not finite")
+        return {"final_test_acc": 50.0 + len(calls)}
+
+    monkeypatch.setattr(run_unit.Unit, "run", run)
+    val_acc, failed = choice(cfg, "cpu")
+    assert val_acc["resnet32"]["sum λ=1"] == 10.0 and len(failed) == 1 and len(diverged("sgr.lamfull")) == 1
+    assert choose_reading(val_acc["resnet32"]) != "sum λ=1"
+    trained = len(calls)
+    again, failed_again = choice(cfg, "cpu")
+    assert (
+        again["resnet32"]["sum λ=1"] == 10.0
+        and failed_again == failed
+        and len(calls) == trained + len(cfg.readings()) * 2 - 1
+    )
+
+
+def test_once_its_record_is_stored_the_study_s_half_budget_is_queued_right_after_it_as_runs_only(store, monkeypatch):
+    """The B/2 runs wait on B's choice: nothing is queued before the record exists; after it, the runs at half the
+    epochs with B's choice given, runs only (the budget rule reads them when the record is assessed)."""
+    from gradalign.compute.backlog import full_backlog
+    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.pilots import runs_only
+    from gradalign.compute.window_report import purpose
+    from gradalign.records import runner
+
+    assert full_backlog() == BACKLOG  # an empty store: no record, no choice
+    record = {
+        "id": "sgr.lamfull",
+        "config": get("sgr.lamfull").resolve("cpu", {}).to_dict(),
+        "metrics": {"chosen": {"resnet32": "mean λ=100", "plainnet32": "sum λ=1"}},
+    }
+    monkeypatch.setattr(
+        runner, "stored_record", lambda e, p, o=None, store=None: record if e == "sgr.lamfull" else None
+    )
+    backlog = full_backlog()
+    at = backlog.index(("sgr.lamfull", "cpu", {}))
+    item = backlog[at + 1]
+    assert item == (
+        "sgr.lamfull",
+        "cpu",
+        {"protocol.epochs": 30, "chosen": [["resnet32", "mean λ=100"], ["plainnet32", "sum λ=1"]]},
+    )
+    assert runs_only(*item) and "B's choice given" in purpose(*item) and len(backlog) == len(BACKLOG) + 1

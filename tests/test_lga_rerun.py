@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from gradalign.compute import lga_rerun
-from gradalign.compute.gpu_window import BACKLOG, full_backlog
+from gradalign.compute.backlog import full_backlog
+from gradalign.compute.gpu_window import BACKLOG
 from gradalign.compute.pilots import runs_only
 from gradalign.compute.window_report import purpose
 from gradalign.experiments.lga.ssl_tuning import rerun_overrides

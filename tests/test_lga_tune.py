@@ -172,23 +172,23 @@ def test_the_view_works_with_no_run_committed(tmp_path):
 
 
 def test_a_diverged_candidate_is_kept_shown_and_ranked_last_and_an_edited_record_of_it_is_refused(tmp_path, store):
-    """A candidate whose run diverged stores no run entry: kept in `tune_diverged`'s file, the page shows it as
+    """A candidate whose run diverged stores no run entry: kept in `diverged_runs`' file, the page shows it as
     diverged (not "not trained", which would block the choice forever); an edited file is an error, never read."""
-    from gradalign.experiments.lga.tune_diverged import FILE, diverged, keep_diverged
+    from gradalign.experiments.diverged_runs import _file, diverged, keep_diverged
     from gradalign.experiments.lga.ssl_tuning import tune_units
     from gradalign.store.atomic import StoredJSONError
 
     unit = tune_units(cpu_config())[-1]  # LGA's last candidate at 4,000 labels
-    assert diverged() == {}
-    kept = keep_diverged(unit, "lga diverged at step 1200: loss is not finite", "cpu")
-    assert diverged() == {unit.key: kept} and kept["label"] == unit.label and kept["git_commit"]
+    assert diverged("lga.tune") == {}
+    kept = keep_diverged("lga.tune", unit, "lga diverged at step 1200: loss is not finite", "cpu")
+    assert diverged("lga.tune") == {unit.key: kept} and kept["label"] == unit.label and kept["git_commit"]
     view = tuning_view(store.root)
     column = view["validation accuracy, 4,000 labels (%)"]
     assert list(column[view["method"] == "LGA"])[-1] == "diverged" and (column == "diverged").sum() == 1
-    path = store.root / FILE
+    path = store.root / _file("lga.tune")
     path.write_text(path.read_text().replace("1200", "1300"))
     with pytest.raises(StoredJSONError, match="digest does not match"):
-        diverged()
+        diverged("lga.tune")
 
 
 def test_the_study_assembles_with_a_diverged_candidate_and_does_not_train_it_again(store, monkeypatch):

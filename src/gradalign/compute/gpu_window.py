@@ -94,15 +94,6 @@ without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subse
 Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
 
 
-def full_backlog() -> tuple[tuple[str, str, dict], ...]:
-    """`BACKLOG` with the work that waits on a study's record, read when a window starts (never at import): Figure
-    7 at the settings `lga.tune` chose (`lga_rerun.items`), right after the study."""
-    from gradalign.compute.lga_rerun import items
-
-    at = BACKLOG.index(("lga.tune", "cpu", {})) + 1
-    return BACKLOG[:at] + tuple(items()) + BACKLOG[at:]
-
-
 MAX_FILES = 8
 MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
 

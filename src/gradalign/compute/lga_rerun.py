@@ -8,7 +8,7 @@ progress, so the rerun waits for a record that committed code assembled:
 - `items()`: the work, Figure 7 at the `cpu` scale (its four methods, 3 seeds, 3 label counts) at the chosen settings,
   at the budget B and at B/2 (`ssl_tuning.rerun_items`: 36 runs each), and the mechanism's control (LGA's 18 runs
   with α_w = 0, `validity.control_for`); [] until the study's record is stored. A GPU window's backlog takes them
-  right after the study (`gpu_window.full_backlog`).
+  right after the study (`backlog.full_backlog`).
 - `record()`: Figure 7's record at the chosen settings, once assembled: the same rules and checks as the untuned
   Figure 7, the B/2 runs read by the claim-level budget rule.
 - `status()`: where the rerun stands, in words, for the page.

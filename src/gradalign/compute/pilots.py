@@ -29,7 +29,7 @@ from gradalign.compute.metagrad_pilots import (
     variant_arm,
 )
 from gradalign.experiments.lga.ssl_benchmark import CPU as LGA_SSL_CPU
-from gradalign.experiments.claim_budget import is_half_budget
+from gradalign.experiments.claim_budget import is_choice_half, is_half_budget
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 from gradalign.experiments.sgr.local_runs import CALIBRATED
@@ -182,11 +182,13 @@ def runs_only(element_id: str, preset: str, overrides: dict) -> bool:
     """Whether a backlog item's runs are trained and committed with no record assembled from them: a pilot's, a
     budget check's (`claim_budget.is_half_budget` too), a mechanism control's (`lga.validity.CONTROL`) or the seeds
     of SGR at VGG-57 (`experiments.sgr.deep_seeds`, which reads them; a record there would shadow Table 7's), or
-    Figure 7 at the settings lga.tune chose (`lga_rerun`: its record is assembled once all three items are in)."""
+    Figure 7 at the settings lga.tune chose (`lga_rerun`: its record is assembled once all three items are in), or
+    a record's runs at half its budget given its choice (`claim_budget.is_choice_half`)."""
     item = (element_id, preset, overrides)
     control = preset == "cpu" and element_id in CONTROLLED and overrides == CONTROL
     tuned = element_id == "lga.fig7" and "tuned" in overrides
-    return control or tuned or is_half_budget(*item) or is_pilot(*item) or is_budget_check(*item) or item in DEEP_SEEDS
+    halves = is_half_budget(*item) or is_choice_half(*item)
+    return control or tuned or halves or is_pilot(*item) or is_budget_check(*item) or item in DEEP_SEEDS
 
 
 BUDGET_CHECKS: tuple[str, ...] = ("sgr.tab7", "sgr.tab6", "sgr.tab3")

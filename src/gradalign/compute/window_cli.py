@@ -38,7 +38,8 @@ def _cmd_window(args) -> int:
     """Every input checked before the window writes to --out: the time box, the workers, GRADALIGN_THREADS and
     GRADALIGN_DATA, then --out as `run` checks its folders (`storage.check_folder`)."""
     from gradalign.records import storage
-    from gradalign.compute.gpu_window import full_backlog, gpu_window
+    from gradalign.compute.backlog import full_backlog
+    from gradalign.compute.gpu_window import gpu_window
     from gradalign.runtime import check_device, threads_from_env
     from gradalign.training.timebox import check_minutes
     from gradalign.compute.window_pool import check_workers

@@ -128,7 +128,7 @@ def _measured_lines(reports: list[dict]) -> list[str]:
 
 
 def purpose(element_id: str, preset: str, overrides: dict) -> str:
-    """What a backlog item (`gpu_window.full_backlog`) trains, in words."""
+    """What a backlog item (`backlog.full_backlog`) trains, in words."""
     from gradalign.compute.lga_rerun import rerun_purpose
     from gradalign.compute.pilots import (
         OVER_CPU_BUDGET,
@@ -137,7 +137,7 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
         is_budget_check,
         is_pilot,
     )
-    from gradalign.experiments.claim_budget import is_half_budget
+    from gradalign.experiments.claim_budget import is_choice_half, is_half_budget
     from gradalign.experiments.lga.validity import CONTROL
     from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 
@@ -146,6 +146,7 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
     for applies, what in (
         (is_budget_check(element_id, preset, overrides), "budget check: its runs at half the epochs"),
         (is_half_budget(element_id, preset, overrides), "budget check: its runs at half the steps or epochs"),
+        (is_choice_half(element_id, preset, overrides), "budget check: its runs at half the epochs, B's choice given"),
         (is_pilot(element_id, preset, overrides), "pilot over the CPU budget"),
         (overrides == CONTROL, "mechanism control: the LGA runs with α_w = 0"),
         (element_id in RUNS_LOST, "cpu runs lost with a machine's cache"),
@@ -159,12 +160,12 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
 
 
 def backlog_markdown(root: Path) -> str:
-    """The GPU backlog (`gpu_window.full_backlog`) in priority order, with how many of each item's units are committed
+    """The GPU backlog (`backlog.full_backlog`) in priority order, with how many of each item's units are committed
     under `root/runs`: what the next window trains (a unit already committed is read, not trained)."""
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.compute.gpu_sizing import TARGET_MINUTES, committed_times, speedups, unit_minutes
-    from gradalign.compute.gpu_window import full_backlog
+    from gradalign.compute.backlog import full_backlog
     from gradalign.store.run_unit import read_entry
 
     diverged = diverged_before(root)

@@ -25,6 +25,7 @@ class Experiment:
     shares: str = ""  # stored runs this experiment reads and shares with others (the report names them)
     scale: Callable[[dict], str] | None = None  # record -> its scale against the paper's (reduced scope)
     unused: Callable[[Config], dict[str, str]] | None = None  # config -> {dotted field: why this one ignores it}
+    half_budget: Callable[[dict], dict] | None = None  # record -> what its B/2 adds to the halved budget (B's choice)
 
     def resolve(self, preset: str, overrides: dict[str, Any] | None = None) -> Config:
         """The validated config; an override of a field this experiment does not use at that config is refused

@@ -127,25 +127,28 @@ def _budget_name(overrides: dict, config: dict) -> tuple[str, str]:
 
 
 def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
-    """The record's experiment at half its budget (`half_overrides`), assembled from its committed runs and never
-    trained: a record-shaped dict (config, metrics, curves, checks), the two budgets' names and how many runs it
-    read; None unless every run of it is committed (`committed.entries`)."""
+    """The record's experiment at half its budget (`half_overrides`, and what its `Experiment.half_budget` adds: B's
+    choice where the experiment makes one), assembled from its committed runs and never trained: a record-shaped
+    dict (config, metrics, curves, checks), the two budgets' names and how many runs it read; None unless every run
+    of it is committed (`committed.entries`)."""
     from gradalign.experiments import get
     from gradalign.experiments.committed import entries, resolved
     from gradalign.store.run_unit import committed_runs
     from gradalign.store.store_root import results_root
 
-    overrides = half_overrides(record.get("config", {}))
-    if overrides is None:
+    budget = half_overrides(record.get("config", {}))
+    if budget is None:
         return None
+    exp = get(record["id"])
+    overrides = {**budget, **(exp.half_budget(record) if exp.half_budget else {})}
     found = entries(record, overrides)
     if not found or any(entry is None for _, entry in found):
         return None
     cfg = resolved(record, overrides)
     with committed_runs(results_root() / "runs", write=False):
-        out = get(record["id"]).run(cfg, "cpu")  # every unit is committed: it reads them, it trains nothing
+        out = exp.run(cfg, "cpu")  # every unit is committed: it reads them, it trains nothing
     half = {**record, "config": cfg.to_dict(), "metrics": out["metrics"], "curves": out["curves"]}
-    return {**half, "checks": out["checks"]}, _budget_name(overrides, record["config"]), len(found)
+    return {**half, "checks": out["checks"]}, _budget_name(budget, record["config"]), len(found)
 
 
 HALF_BUDGET_QUEUE = ("lga.fig7", "lga.tab1", "metagrad.tab4", "metagrad.tab1", "metagrad.fig2", "isoloss.tab1")
@@ -167,3 +170,19 @@ def half_budget_item(element_id: str) -> tuple[str, str, dict]:
 def is_half_budget(element_id: str, preset: str, overrides: dict) -> bool:
     """Whether a backlog item is an element's runs at half its `cpu` budget (`HALF_BUDGET_QUEUE`)."""
     return element_id in HALF_BUDGET_QUEUE and (element_id, preset, overrides) == half_budget_item(element_id)
+
+
+def choice_half_item(record: dict) -> tuple[str, str, dict]:
+    """The backlog item of a stored `cpu` record's runs at half its budget where its experiment gives B/2 its choice
+    (`Experiment.half_budget`: `sgr.lamfull`): queued only once the record, and so the choice, exists."""
+    from gradalign.experiments import get
+
+    given = get(record["id"]).half_budget(record)
+    return record["id"], "cpu", {**half_overrides(record["config"]), **given}
+
+
+def is_choice_half(element_id: str, preset: str, overrides: dict) -> bool:
+    """Whether a backlog item is `choice_half_item`'s (its overrides carry the choice, `chosen`)."""
+    from gradalign.experiments import get
+
+    return preset == "cpu" and "chosen" in overrides and get(element_id).half_budget is not None

@@ -14,7 +14,7 @@ selection).
 
 The choice (`choose`): per method and label count, the candidate with the highest validation accuracy (ties: the
 earlier candidate); none while any of that method's candidates is not trained. A candidate whose run diverged ranks
-below every trained one and is kept as a result, never trained again (`tune_diverged`). The fairness summary
+below every trained one and is kept as a result, never trained again (`experiments.diverged_runs`). The fairness summary
 (`fairness`): whether tuning gained LGA more validation accuracy over its candidate 0 than it gained supervised training
 and VAT.
 The follow-on (`rerun_overrides`, `rerun_items`, `compute.lga_rerun`): Figure 7's four methods at the settings chosen at
@@ -234,15 +234,15 @@ def tune(cfg: TuneConfig, device) -> dict:
     from gradalign.progress import progress
 
     from gradalign.errors import DivergenceError
-    from gradalign.experiments.lga.tune_diverged import diverged, keep_diverged
+    from gradalign.experiments.diverged_runs import diverged, keep_diverged
 
     units = {unit.key: unit for unit in tune_units(cfg)}
-    stopped, values = diverged(), {}
+    stopped, values = diverged("lga.tune"), {}
     for key, unit in progress(list(units.items()), desc="lga.tune candidates"):
         try:
             values[key] = {DIVERGED: stopped[key]["why"]} if key in stopped else unit.run()
         except DivergenceError as err:  # a result: the candidate ranks last (`choose`), and it is not trained again
-            values[key] = {DIVERGED: keep_diverged(unit, str(err), device)["why"]}
+            values[key] = {DIVERGED: keep_diverged("lga.tune", unit, str(err), device)["why"]}
     rows, val_acc = _table(cfg, lambda unit: values[unit.key])
     chosen = choices(cfg, rows, val_acc)
     accs = {m: {n: c["val_acc"] for n, c in by.items()} for m, by in chosen.items()}
@@ -287,9 +287,9 @@ def tuning_view(root=None):
     from gradalign.training.ssl import TITLES
     from gradalign.store.store_root import results_root
 
-    from gradalign.experiments.lga.tune_diverged import diverged
+    from gradalign.experiments.diverged_runs import diverged
 
-    cfg, folder, stopped = cpu_config(), (root or results_root()) / "runs", diverged(root)
+    cfg, folder, stopped = cpu_config(), (root or results_root()) / "runs", diverged("lga.tune", root)
 
     def read(unit):
         entry = read_entry(folder, unit)

@@ -21,7 +21,10 @@ Two steps, so that the choice is never made on the test split:
 
 The claim checked (ours): at the reading chosen on validation, SGR beats layer-wise training (Table 3: 85.65 vs
 84.49 % on ResNet-32, 81.67 vs 80.66 % on PlainNet-32); the mechanism precondition reads the chosen reading's term
-ratio. With every run at half the epochs committed too, the claim is decided at both budgets (`records.assess`).
+ratio. At half the epochs the study is given B's choice (`half_budget`, `chosen`): it trains no choice run and only
+the chosen readings' SGR runs (layer-wise's and 10³'s are Table 3's), and once they are committed the claim is decided
+at both budgets (`records.assess`) for the same reading. A choice run that diverges scores chance and is kept as a
+result (`choice`, `experiments.diverged_runs`).
 If a reading other than Table 3's makes SGR beat layer-wise, Tables 3 and 6 are to be rerun at it.
 """
 
@@ -54,6 +57,7 @@ class LambdaStudyConfig(Table3Config):
     mean_lams: tuple[float, ...] = (1.0, 100.0, 1000.0)  # λ with Algorithm 1's mean
     sum_lams: tuple[float, ...] = (1.0,)  # λ with Eq. 6's sum over features
     validation: int = 1000  # held-out training images scoring the choice's runs (our choice)
+    chosen: tuple[tuple[str, str], ...] = ()  # (network, reading): the choice given, not made (the study at B/2)
 
     def validate(self) -> None:
         super().validate()
@@ -62,6 +66,19 @@ class LambdaStudyConfig(Table3Config):
         require(self, "sum_lams", all(lam > 0 for lam in self.sum_lams), "must be > 0")
         require(self, "mean_lams", len(self.mean_lams) + len(self.sum_lams) >= 2, "with sum_lams: at least 2 readings")
         require(self, "validation", self.validation >= 1, "must be >= 1 (the choice is made on it)")
+        names = {reading_name(*r) for r in self.readings()}
+        given = dict(self.chosen)
+        require(
+            self,
+            "chosen",
+            not self.chosen or (sorted(given) == sorted(self.networks) and set(given.values()) <= names),
+            f"must give one reading of {sorted(names)} to each network, or nothing (the choice is then made)",
+        )
+
+    def chosen_readings(self) -> dict[str, tuple[str, float]]:
+        """Network -> its given reading as (reduction, λ) ({} when the choice is made on validation)."""
+        by_name = {reading_name(*r): r for r in self.readings()}
+        return {net: by_name[name] for net, name in self.chosen}
 
     def readings(self) -> list[tuple[str, float]]:
         return [("mean", lam) for lam in self.mean_lams] + [("sum", lam) for lam in self.sum_lams]
@@ -151,26 +168,56 @@ def lambda_mechanism(rows: dict[str, dict], chosen: dict[str, str]) -> dict:
     )
 
 
-def lambda_study(cfg: LambdaStudyConfig, device) -> dict:
-    """The choice on validation, then every reading against layer-wise training on test."""
+def choice(cfg: LambdaStudyConfig, device) -> tuple[dict, list[str]]:
+    """Validation accuracy of every reading's choice run, per network, and the labels of those that diverged: a
+    diverged run scores chance (as a comparison run does) and is kept as a result (`diverged_runs`), never trained
+    again, so that one divergence cannot leave the choice unmade."""
+    from gradalign.data.image_sets import image_set_info
+    from gradalign.errors import DivergenceError
+    from gradalign.experiments.diverged_runs import diverged, keep_diverged
     from gradalign.progress import progress
     from gradalign.training.local import local_unit
 
+    stopped, failed = diverged("sgr.lamfull"), []
+    chance = round(100.0 / image_set_info(cfg.datasets[0]).num_classes, 2)
     val_acc = {net: {} for net in cfg.networks}
     for net, (reduction, lam) in progress(
         [(n, r) for n in cfg.networks for r in cfg.readings()], desc="λ study: the choice"
     ):
-        run = local_unit(cfg.choice_spec(net, reduction, lam), device).run()
-        val_acc[net][reading_name(reduction, lam)] = round(run["final_test_acc"], 2)
-    chosen = {net: choose_reading(accs) for net, accs in val_acc.items()}
+        unit = local_unit(cfg.choice_spec(net, reduction, lam), device)
+        try:
+            if unit.key in stopped:
+                raise DivergenceError(stopped[unit.key]["why"])
+            acc = round(unit.run()["final_test_acc"], 2)
+        except DivergenceError as err:
+            if unit.key not in stopped:
+                keep_diverged("sgr.lamfull", unit, str(err), device)
+            acc, failed = chance, [*failed, unit.label]
+        val_acc[net][reading_name(reduction, lam)] = acc
+    return val_acc, failed
+
+
+def lambda_study(cfg: LambdaStudyConfig, device) -> dict:
+    """The choice on validation (or the one given, `chosen`: the study at half its budget reads B's), then every
+    reading against layer-wise training on test (only the given ones when the choice is given)."""
+    given = cfg.chosen_readings()
+    if given:
+        val_acc, failed = "given: the choice made at the full budget", []
+        chosen = {net: reading_name(*r) for net, r in given.items()}
+    else:
+        val_acc, failed = choice(cfg, device)
+        chosen = {net: choose_reading(accs) for net, accs in val_acc.items()}
     d = cfg.datasets[0]
     layerwise = run_group(cfg.table3(), [(n, "layerwise", cfg.modules, d) for n in cfg.networks], device)
     features = {net: input_features(cfg, net) for net in cfg.networks}
     rows, curves, seconds = {}, {}, 0.0
     for reduction, lam in cfg.readings():
         name = reading_name(reduction, lam)
-        runs = run_group(cfg.at(reduction, lam), [(n, "sgr", cfg.modules, d) for n in cfg.networks], device)
-        for net in cfg.networks:
+        nets = [n for n in cfg.networks if not given or given[n] == (reduction, lam)]
+        if not nets:
+            continue
+        runs = run_group(cfg.at(reduction, lam), [(n, "sgr", cfg.modules, d) for n in nets], device)
+        for net in nets:
             sgr, ref = runs[(net, "sgr", cfg.modules, d)], layerwise[(net, "layerwise", cfg.modules, d)]
             row = {"sgr": summary(sgr), "layerwise": summary(ref)}
             row["difference"] = decide(row["sgr"], row["layerwise"], higher_is_better=True)
@@ -185,6 +232,7 @@ def lambda_study(cfg: LambdaStudyConfig, device) -> dict:
     metrics = {
         "rows": rows,
         "validation_acc": val_acc,
+        "choice_diverged": failed,
         "chosen": chosen,
         "table3_reading": reading_name(CALIBRATED["reduction"], CALIBRATED["lam"]),
         "modules": cfg.modules,
@@ -199,19 +247,27 @@ def units(cfg: LambdaStudyConfig) -> list:
     from gradalign.experiments.sgr.local_runs import group_units
     from gradalign.training.local import local_unit
 
-    d = cfg.datasets[0]
-    out = [local_unit(cfg.choice_spec(n, *r)) for n in cfg.networks for r in cfg.readings()]
+    d, given = cfg.datasets[0], cfg.chosen_readings()
+    out = [] if given else [local_unit(cfg.choice_spec(n, *r)) for n in cfg.networks for r in cfg.readings()]
     out += group_units(cfg.table3(), [(n, "layerwise", cfg.modules, d) for n in cfg.networks])
     for reading in cfg.readings():
-        out += group_units(cfg.at(*reading), [(n, "sgr", cfg.modules, d) for n in cfg.networks])
+        nets = [n for n in cfg.networks if not given or given[n] == reading]
+        out += group_units(cfg.at(*reading), [(n, "sgr", cfg.modules, d) for n in nets]) if nets else []
     return out
+
+
+def half_budget(record: dict) -> dict:
+    """What the study at half its budget adds to halving it (`Experiment.half_budget`): B's choice, given, so that
+    B/2 compares the same reading (a choice made again at B/2 could differ under the same check's name) and trains
+    no choice run and no other reading."""
+    return {"chosen": [[net, name] for net, name in record["metrics"]["chosen"].items()]}
 
 
 PRESETS = {
     "smoke": {**TABLE3_PRESETS["smoke"], "methods": ("layerwise", "sgr"), "validation": 128, "mean_lams": (1.0, 1e3)},
-    # cpu: Table 3's cpu scale (60 epochs, 3 seeds). 52 runs not yet trained (at B and at B/2: the choice's 8 and
-    # SGR's 18 at the three new readings), each 20 to 45 min of one CPU thread (Table 3's stored SGR runs): about
-    # 27 hours here, over the two-core budget: a GPU window's (`pilots.OVER_CPU_BUDGET`)
+    # cpu: Table 3's cpu scale (60 epochs, 3 seeds). 26 runs not yet trained at B (the choice's 8, SGR's 18 at the
+    # three new readings), each 20 to 45 min of one CPU thread (Table 3's stored SGR runs): about 13 hours here, over
+    # the two-core budget: a GPU window's (`pilots.OVER_CPU_BUDGET`); at B/2 only the chosen readings' (at most 6)
     "cpu": {**TABLE3_CPU, "methods": ("layerwise", "sgr")},
     "gpu": {**TABLE3_PRESETS["gpu"], "methods": ("layerwise", "sgr")},
     "paper": {**TABLE3_PRESETS["paper"], "methods": ("layerwise", "sgr")},
@@ -227,6 +283,7 @@ EXPERIMENTS = [
         NOTEBOOK,
         uses_accelerator=True,
         unused=never_used("each reading sets its own λ and reduction (`mean_lams`, `sum_lams`)", "lam", "reduction"),
+        half_budget=half_budget,
         note="cpu: Table 3's cpu scale, SGR at four readings of λ against layer-wise training, the reading chosen on "
         "held-out training images",
         choices={

@@ -1,0 +1,36 @@
+"""Runs that diverged, kept as results of the study that trained them (`lga.tune`, `sgr.lamfull`).
+
+A run that diverges (a NaN, or the accuracy back at chance) raises a DivergenceError and stores no run entry. In a
+study that ranks its runs (a tuning's candidates, a choice on validation), such a run would stay "not trained", the
+choice would never be made and whatever waits on it would never start. The study keeps each divergence here, at
+`<results>/pilots/<study>/diverged.json` (with its commit, hardware and a digest: an edited or cut file is an error,
+never read), ranks the run below every trained one, and never trains it again; its page shows it as "diverged".
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def _file(study: str) -> Path:
+    return Path("pilots") / study / "diverged.json"
+
+
+def diverged(study: str, root=None) -> dict[str, dict]:
+    """Run key -> {"label", "why", "git_commit", "hardware"} of every run of `study` kept as diverged."""
+    from gradalign.store.atomic import read_digested
+    from gradalign.store.store_root import results_root
+
+    return (read_digested((root or results_root()) / _file(study)) or {"runs": {}})["runs"]
+
+
+def keep_diverged(study: str, unit, why: str, device) -> dict:
+    """Keep `unit`'s divergence (`why`: the error's line) under `study`, with its provenance; returns what was kept."""
+    from gradalign.environment import git_commit, hardware
+    from gradalign.store.atomic import write_digested
+    from gradalign.store.store_root import results_root
+
+    runs = diverged(study)  # read again: another process may have kept one
+    runs[unit.key] = {"label": unit.label, "why": why, "git_commit": git_commit(), "hardware": hardware(device)}
+    write_digested(results_root() / _file(study), {"runs": runs})
+    return runs[unit.key]
