@@ -226,3 +226,15 @@ def test_the_cost_counts_every_uncommitted_run_and_is_unknown_without_stored_tim
     cost = tune_cost(tmp_path)
     assert cost["search"] == {"runs": 48, "cpu_hours": None, "gpu_hours": None}
     assert cost["rerun"]["runs"] == 2 * 4 * 3 * 3
+
+
+def test_the_study_is_a_screening_inconclusive_by_its_one_run_per_candidate():
+    """Its claim check compares one run per method: never a verdict on its own (rules version 4 asks for 3 seeds);
+    the rerun at the chosen settings decides."""
+    from gradalign.experiments.lga.validity import VALIDITY
+
+    preconditions, claims = VALIDITY["lga.tune"]
+    chosen = {m: {"250": {"val_acc": 80.0}, "4000": {"val_acc": 85.0}} for m in ("supervised", "vat", "lga")}
+    out = preconditions({"metrics": {"chosen": chosen}})
+    assert out["enough_seeds"]["passed"] is False and out["enough_seeds"]["value"] == {"fewest": 1, "arms": 6}
+    assert claims is None

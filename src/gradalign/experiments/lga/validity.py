@@ -247,7 +247,14 @@ def fig4_claims(record: dict) -> dict | None:
     return figure4_checks(m["per_trial"]) if "per_trial" in m else None
 
 
+def tuning(record: dict) -> dict:
+    """The tuning study (`lga.tune`): one run per candidate screens settings, so its claim check stays inconclusive by
+    design (as the λ pilots' do); Figure 7 at the chosen settings, 3 seeds, decides (`compute.lga_rerun`)."""
+    return {"enough_seeds": enough_seeds({f"{m}/{n}": 1 for m, by in record["metrics"]["chosen"].items() for n in by})}
+
+
 VALIDITY = {
+    "lga.tune": (tuning, None),
     "lga.fig5": (ssl, fig_claims),
     "lga.fig6": (ssl, fig_claims),
     "lga.fig7": (ssl, fig_claims),
