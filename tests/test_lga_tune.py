@@ -135,18 +135,8 @@ def test_a_tuned_value_of_an_unknown_setting_or_method_is_refused():
 
 
 def test_the_rerun_trains_figure_7_at_the_chosen_settings_at_b_and_b_over_2():
-    chosen = {
-        "supervised": {"lr": 2e-3},
-        "vat": {"lr": 4e-3, "eps": 2.0, "weight": 0.5},
-        "lga": {
-            "lr": 5e-4,
-            "alpha_w": 3e-2,
-            "eps_norm": 1e-5,
-            "labeled_weight": 2.0,
-            "grad_ema_decay": 0.95,
-            "norm_ema_decay": 0.99,
-        },
-    }
+    from tests.test_lga_rerun import CHOSEN as chosen
+
     full, half = rerun_items(rerun_overrides(chosen))
     assert full == ("lga.fig7", "cpu", rerun_overrides(chosen)) and half[2]["protocol.steps"] == 3000
     cfg = get("lga.fig7").resolve("cpu", full[2])
