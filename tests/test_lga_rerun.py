@@ -4,6 +4,7 @@ backlog, named as what they are, counted on the page, and its record read at the
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -35,7 +36,7 @@ def study(monkeypatch):
     """An `lga.tune` record stored with `rerun` (set its value on the returned dict); other records: none."""
     from gradalign.records import runner
 
-    stored = {"rerun": rerun_overrides(CHOSEN)}
+    stored = {"rerun": json.loads(json.dumps(rerun_overrides(CHOSEN)))}  # as the record stores it: lists, not tuples
 
     def stored_record(element_id, preset, overrides=None, store=None):
         if element_id == "lga.tune" and preset == "cpu":

@@ -210,6 +210,25 @@ def test_the_study_assembles_with_a_diverged_candidate_and_does_not_train_it_aga
     assert bad.key not in calls  # read from the kept divergence
 
 
+def test_a_method_whose_every_candidate_diverged_assembles_with_no_choice_no_pass_and_no_rerun(store, monkeypatch):
+    from gradalign.errors import DivergenceError
+    from gradalign.experiments.lga.ssl_tuning import PRESETS, TuneConfig, tune
+    from gradalign.config import resolve
+    from gradalign.store import run_unit
+
+    cfg = resolve(TuneConfig, PRESETS, "smoke", None)
+
+    def run(self, root=None):
+        if self.spec["method"] == "lga":
+            raise DivergenceError("lga diverged at step 4: loss is not finite")
+        return {"best_val_error": 30.0, "train_seconds": 1.0, "history": {"val_error": [30.0]}}
+
+    monkeypatch.setattr(run_unit.Unit, "run", run)
+    out = tune(cfg, "cpu")
+    assert all(c is None for c in out["metrics"]["chosen"]["lga"].values()) and out["metrics"]["rerun"] is None
+    assert out["checks"]["tuned_lga_beats_tuned_supervised_validation"]["passed"] is False
+
+
 def test_the_cost_counts_every_uncommitted_run_and_is_unknown_without_stored_times(tmp_path):
     from gradalign.compute.tune_cost import tune_cost
 

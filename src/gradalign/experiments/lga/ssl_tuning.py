@@ -166,7 +166,8 @@ def tune_checks(chosen: dict[str, dict[str, float]], labels) -> dict:
     """`chosen[method][str(n)]` = the chosen candidate's validation accuracy at n labels: with every method tuned the
     same way, LGA's is higher than supervised training's at every label count (one run each: a screening rule)."""
     values = {str(n): {m: chosen[m][str(n)] for m in ("lga", "supervised")} for n in labels}
-    passed = all(v["lga"] > v["supervised"] for v in values.values())
+    known = all(isinstance(a, (int, float)) for v in values.values() for a in v.values())  # None: every one diverged
+    passed = known and all(v["lga"] > v["supervised"] for v in values.values())
     return {
         "tuned_lga_beats_tuned_supervised_validation": check(
             passed,
@@ -245,15 +246,14 @@ def tune(cfg: TuneConfig, device) -> dict:
             values[key] = {DIVERGED: keep_diverged("lga.tune", unit, str(err), device)["why"]}
     rows, val_acc = _table(cfg, lambda unit: values[unit.key])
     chosen = choices(cfg, rows, val_acc)
-    accs = {m: {n: c["val_acc"] for n, c in by.items()} for m, by in chosen.items()}
+    accs = {m: {n: c and c["val_acc"] for n, c in by.items()} for m, by in chosen.items()}  # None: all diverged
     at = str(max(cfg.labels))
+    complete = set(cfg.methods) == set(SPACES) and all(chosen[m][at] for m in cfg.methods)
     metrics = {
         "rows": rows,
         "chosen": chosen,
         "fairness": fairness(val_acc),
-        "rerun": rerun_overrides({m: chosen[m][at]["settings"] for m in cfg.methods})
-        if set(cfg.methods) == set(SPACES)
-        else None,
+        "rerun": rerun_overrides({m: chosen[m][at]["settings"] for m in cfg.methods}) if complete else None,
         "train_seconds": sum(v.get("train_seconds", 0.0) for v in values.values()),
     }
     curves = {
