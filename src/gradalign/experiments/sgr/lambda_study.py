@@ -185,15 +185,14 @@ def choice(cfg: LambdaStudyConfig, device) -> tuple[dict, list[str]]:
         [(n, r) for n in cfg.networks for r in cfg.readings()], desc="λ study: the choice"
     ):
         unit = local_unit(cfg.choice_spec(net, reduction, lam), device)
-        try:
-            if unit.key in stopped:
-                raise DivergenceError(stopped[unit.key]["why"])
-            acc = round(unit.run()["final_test_acc"], 2)
-        except DivergenceError as err:
-            if unit.key not in stopped:
-                keep_diverged("sgr.lamfull", unit, str(err), device)
-            acc, failed = chance, [*failed, unit.label]
-        val_acc[net][reading_name(reduction, lam)] = acc
+        if unit.key not in stopped:
+            try:
+                val_acc[net][reading_name(reduction, lam)] = round(unit.run()["final_test_acc"], 2)
+                continue
+            except DivergenceError as err:
+                stopped[unit.key] = keep_diverged("sgr.lamfull", unit, str(err), device)
+        val_acc[net][reading_name(reduction, lam)] = chance
+        failed.append(unit.label)
     return val_acc, failed
 
 
