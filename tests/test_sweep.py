@@ -260,6 +260,58 @@ def test_a_failed_unit_is_reported_and_the_rerun_submits_only_it(cache, tmp_path
     assert missing_units(units) == []
 
 
+def _diverge(compute, checkpoint):
+    """A unit's computation that diverges (as a run stopped by the divergence check raises)."""
+    from gradalign.errors import DivergenceError
+
+    raise DivergenceError("simulated: the loss became NaN at step 3")
+
+
+def _diverging_sweep(element_id, cache, tmp_path, monkeypatch):
+    """`element_id`'s sweep at smoke over two tiny units, the second of which diverges."""
+    import gradalign.compute.sweep as sweep_module
+
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
+    units = units_of("lga.fig3", _cfg(overrides=TINY))
+    bad = replace(units[1], compute=functools.partial(_diverge, units[1].compute))
+    monkeypatch.setattr(sweep_module, "units_of", lambda element_id, cfg: [units[0], bad])
+    run = functools.partial(sweep, element_id, "smoke", folder=tmp_path / "jobs", parallel=2, echo=lambda line: None)
+    return run, units[0], bad
+
+
+def test_a_study_keeps_a_diverged_unit_as_its_result_and_never_submits_it_again(cache, tmp_path, monkeypatch):
+    from gradalign.experiments.diverged_runs import diverged
+
+    run, good, bad = _diverging_sweep("lga.tune", cache, tmp_path, monkeypatch)
+    summary = run()
+    assert summary.ok and summary.stored == [good.label] and summary.diverged == [bad.label]
+    kept = diverged("lga.tune", tmp_path / "results")
+    assert list(kept) == [bad.key] and kept[bad.key]["why"] == "simulated: the loss became NaN at step 3"
+    assert "  diverged, kept as the study's result: " + bad.label in summary.lines()
+    assert run().submitted == []  # kept: the study ranks it, no job trains it again
+
+
+def test_a_kept_divergence_lands_in_the_store_that_holds_the_committed_runs(cache, tmp_path, monkeypatch):
+    from gradalign.compute.sweep import compute_unit
+    from gradalign.experiments.diverged_runs import diverged
+
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "elsewhere"))
+    unit = units_of("lga.fig3", _cfg(overrides=TINY))[0]
+    bad = replace(unit, compute=functools.partial(_diverge, unit.compute))
+    assert compute_unit(bad, str(cache), 1, str(tmp_path / "store" / "runs"), study="sgr.lamfull") == bad.key
+    assert list(diverged("sgr.lamfull", tmp_path / "store")) == [bad.key] and diverged("sgr.lamfull") == {}
+
+
+def test_a_divergence_outside_a_study_fails_its_job_and_is_kept_nowhere(cache, tmp_path, monkeypatch):
+    from gradalign.experiments.diverged_runs import diverged
+
+    run, good, bad = _diverging_sweep("lga.fig3", cache, tmp_path, monkeypatch)
+    summary = run()
+    assert not summary.ok and summary.diverged == [] and summary.stored == [good.label]
+    assert "DivergenceError: simulated: the loss became NaN" in summary.failed[bad.label]
+    assert diverged("lga.tune", tmp_path / "results") == {} and run().submitted == [bad.label]
+
+
 BAD_INPUT = {  # argv after `sweep`: the start of the one-line error
     "unknown id": (["lga.nope"], "unknown element id 'lga.nope'"),
     "id without units": (["lga.fig1"], "lga.fig1 has no units to sweep"),

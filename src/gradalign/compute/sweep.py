@@ -69,19 +69,36 @@ def missing_units(units: list[Unit], committed: Path | None = None) -> list[Unit
     return missing
 
 
-def compute_unit(unit: Unit, cache: str, threads: int, committed: str | None = None) -> str:
+def compute_unit(unit: Unit, cache: str, threads: int, committed: str | None = None, study: str | None = None) -> str:
     """A job's body: `unit` computed into the run cache `cache` with `threads` torch threads, and committed to
-    `committed` (the results store's `runs/`, at the presets whose runs are committed) with its hardware; its key."""
+    `committed` (the results store's `runs/`, at the presets whose runs are committed) with its hardware; its key.
+    A divergence of a run of a study that keeps its divergences (`study` in `diverged_runs.STUDIES`) is kept as
+    the study's result, in the results store that holds `committed` (the job then succeeds), as the study itself
+    keeps it; any other divergence fails the job."""
     import contextlib
 
+    from gradalign.errors import DivergenceError
+    from gradalign.experiments.diverged_runs import STUDIES, keep_diverged
+    from gradalign.runtime import pin_threads, select_device
     from gradalign.store.run_unit import committed_runs
-    from gradalign.runtime import pin_threads
 
     os.environ["GRADALIGN_CACHE"] = cache  # and for any run the unit reads in turn
     pin_threads(threads)
-    with committed_runs(Path(committed), write=True) if committed else contextlib.nullcontext():
-        unit.run()
+    try:
+        with committed_runs(Path(committed), write=True) if committed else contextlib.nullcontext():
+            unit.run()
+    except DivergenceError as err:
+        if study not in STUDIES:
+            raise
+        keep_diverged(study, unit, str(err), select_device(), Path(committed).parent if committed else None)
     return unit.key
+
+
+def kept_diverged(element_id: str, committed: Path | None) -> dict[str, dict]:
+    """Run key -> what was kept, for the runs of `element_id` kept as diverged (a study's result; {} for others)."""
+    from gradalign.experiments.diverged_runs import STUDIES, diverged
+
+    return diverged(element_id, committed.parent if committed else None) if element_id in STUDIES else {}
 
 
 @dataclass
@@ -93,6 +110,7 @@ class SweepSummary:
     units: int  # all the units of the experiment at this config
     submitted: list[str] = field(default_factory=list)  # labels of the units submitted as jobs
     stored: list[str] = field(default_factory=list)  # of those, the ones whose entry is now stored
+    diverged: list[str] = field(default_factory=list)  # of those, the ones kept as diverged (a study's result)
     failed: dict[str, str] = field(default_factory=dict)  # label -> why, one line
     jobs: dict[str, str] = field(default_factory=dict)  # label -> submitit job id (local: the process id)
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -116,6 +134,7 @@ class SweepSummary:
         if not self.submitted:
             return [f"{head}, all stored; nothing to submit ({self.run_command} assembles the record)"]
         lines = [f"{head}: {len(self.stored)} of {len(self.submitted)} submitted stored, {len(self.failed)} failed"]
+        lines += [f"  diverged, kept as the study's result: {label}" for label in self.diverged]
         lines += [f"  failed: {label}: {why}" for label, why in self.failed.items()]
         if self.ok:
             lines.append(f"  all stored: {self.run_command} assembles the record")
@@ -183,7 +202,8 @@ def sweep(
     submitter = make_executor(executor, Path(folder) if folder else cache / "sweeps" / element_id, options)
     summary = SweepSummary(element_id, preset, len(units), overrides=dict(overrides or {}))
     committed = _committed_folder(preset)
-    missing = missing_units(units, committed)
+    kept = kept_diverged(element_id, committed)
+    missing = [unit for unit in missing_units(units, committed) if unit.key not in kept]
     if not missing:
         return summary
     from gradalign.store.atomic import check_writable, remove_stale_temporaries
@@ -194,12 +214,16 @@ def sweep(
     echo(f"{element_id} [{preset}]: {stored} of {len(units)} unit(s) stored, submitting {len(missing)} as jobs")
     summary.submitted = [unit.label for unit in missing]
     slots = parallel if executor == "local" else len(missing)
-    job = functools.partial(compute_unit, cache=str(cache), threads=threads, committed=committed and str(committed))
+    job = functools.partial(
+        compute_unit, cache=str(cache), threads=threads, committed=committed and str(committed), study=element_id
+    )
     summary.jobs, summary.failed = _submit_and_wait(submitter, missing, job, slots, poll_s, echo)
-    still = {unit.label for unit in missing_units(missing, committed)}
+    kept = kept_diverged(element_id, committed)
+    summary.diverged = [unit.label for unit in missing if unit.key in kept]
+    still = {unit.label for unit in missing_units(missing, committed) if unit.key not in kept}
     for label in still - set(summary.failed):  # the job ended well but left no entry where we look
         summary.failed[label] = f"its job finished but no entry is in the run cache {cache}"
-    summary.stored = [label for label in summary.submitted if label not in still]
+    summary.stored = [label for label in summary.submitted if label not in still and label not in summary.diverged]
     return summary
 
 

@@ -5,11 +5,15 @@ study that ranks its runs (a tuning's candidates, a choice on validation), such 
 choice would never be made and whatever waits on it would never start. The study keeps each divergence here, at
 `<results>/pilots/<study>/diverged.json` (with its commit, hardware and a digest: an edited or cut file is an error,
 never read), ranks the run below every trained one, and never trains it again; its page shows it as "diverged".
+`gradalign sweep` keeps a study's divergences the same way (`compute.sweep.compute_unit`) and submits them no more;
+a GPU window does not yet (the study's assembly then trains such a run once more, deterministically, and keeps it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+STUDIES = ("lga.tune", "sgr.lamfull")  # the studies that keep their divergences (`gradalign sweep` keeps them too)
 
 
 def _file(study: str) -> Path:
@@ -24,13 +28,15 @@ def diverged(study: str, root=None) -> dict[str, dict]:
     return (read_digested((root or results_root()) / _file(study)) or {"runs": {}})["runs"]
 
 
-def keep_diverged(study: str, unit, why: str, device) -> dict:
-    """Keep `unit`'s divergence (`why`: the error's line) under `study`, with its provenance; returns what was kept."""
+def keep_diverged(study: str, unit, why: str, device, root=None) -> dict:
+    """Keep `unit`'s divergence (`why`: the error's line) under `study` (in the results store `root`, default
+    `results_root()`), with its provenance; returns what was kept."""
     from gradalign.environment import git_commit, hardware
     from gradalign.store.atomic import write_digested
     from gradalign.store.store_root import results_root
 
-    runs = diverged(study)  # read again: another process may have kept one
+    root = root or results_root()
+    runs = diverged(study, root)  # read again: another process may have kept one
     runs[unit.key] = {"label": unit.label, "why": why, "git_commit": git_commit(), "hardware": hardware(device)}
-    write_digested(results_root() / _file(study), {"runs": runs})
+    write_digested(root / _file(study), {"runs": runs})
     return runs[unit.key]

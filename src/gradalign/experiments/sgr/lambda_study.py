@@ -168,17 +168,46 @@ def lambda_mechanism(rows: dict[str, dict], chosen: dict[str, str]) -> dict:
     )
 
 
-def choice(cfg: LambdaStudyConfig, device) -> tuple[dict, list[str]]:
-    """Validation accuracy of every reading's choice run, per network, and the labels of those that diverged: a
-    diverged run scores chance (as a comparison run does) and is kept as a result (`diverged_runs`), never trained
-    again, so that one divergence cannot leave the choice unmade."""
+def in_words(metrics: dict) -> list[str]:
+    """What the study says, a sentence per network and one on Tables 3 and 6: the reading chosen on validation,
+    SGR − layer-wise at it, whether its term acts (if not, the mechanism precondition is unmet by construction: the
+    choice itself says the term did not help on held-out images), and at which readings SGR beats layer-wise."""
+    lines, better = [], set()
+    for net, name in metrics["chosen"].items():
+        by_reading = metrics["rows"][net]
+        row, table3 = by_reading[name], metrics["table3_reading"]
+        d, ratio = row["difference"], row["term_ratio"]
+        text = f"{NETWORKS[net]}: validation chose {name}; there SGR − layer-wise is {d['diff']:+.2f} points"
+        text += f" ({d['decision']})"
+        if ratio is None or ratio > ACTIVE_RATIO:
+            measured = "not measured" if ratio is None else f"{ratio:.3g} > {ACTIVE_RATIO:g}"
+            text += (
+                f". Its term does not act (ratio {measured}), so the mechanism precondition is unmet by construction "
+                "and the verdict is inconclusive: on held-out images, the term did not help at this scale"
+            )
+        wins = [r for r, each in by_reading.items() if each["difference"]["decision"] == "beats"]
+        better |= {r for r in wins if r != table3}
+        lines.append(
+            text
+            + (f". SGR beats layer-wise at {', '.join(wins)}." if wins else ". SGR beats layer-wise at no reading.")
+        )
+    tail = f"Table 3's and Table 6's verdicts rest on {metrics['table3_reading']}"
+    if better:
+        tail += f"; SGR beats layer-wise at {', '.join(sorted(better))}, so Tables 3 and 6 are to be rerun there"
+    return lines + [tail + "."]
+
+
+def choice(cfg: LambdaStudyConfig, device) -> tuple[dict, dict[str, list[str]]]:
+    """Validation accuracy of every reading's choice run, per network, and the readings whose run diverged, per
+    network: a diverged run scores chance (as a comparison run does) and is kept as a result (`diverged_runs`),
+    never trained again, so that one divergence cannot leave the choice unmade."""
     from gradalign.data.image_sets import image_set_info
     from gradalign.errors import DivergenceError
     from gradalign.experiments.diverged_runs import diverged, keep_diverged
     from gradalign.progress import progress
     from gradalign.training.local import local_unit
 
-    stopped, failed = diverged("sgr.lamfull"), []
+    stopped, failed = diverged("sgr.lamfull"), {net: [] for net in cfg.networks}
     chance = round(100.0 / image_set_info(cfg.datasets[0]).num_classes, 2)
     val_acc = {net: {} for net in cfg.networks}
     for net, (reduction, lam) in progress(
@@ -192,7 +221,7 @@ def choice(cfg: LambdaStudyConfig, device) -> tuple[dict, list[str]]:
             except DivergenceError as err:
                 stopped[unit.key] = keep_diverged("sgr.lamfull", unit, str(err), device)
         val_acc[net][reading_name(reduction, lam)] = chance
-        failed.append(unit.label)
+        failed[net].append(reading_name(reduction, lam))
     return val_acc, failed
 
 
@@ -201,7 +230,7 @@ def lambda_study(cfg: LambdaStudyConfig, device) -> dict:
     reading against layer-wise training on test (only the given ones when the choice is given)."""
     given = cfg.chosen_readings()
     if given:
-        val_acc, failed = "given: the choice made at the full budget", []
+        val_acc, failed = "given: the choice made at the full budget", {}
         chosen = {net: reading_name(*r) for net, r in given.items()}
     else:
         val_acc, failed = choice(cfg, device)
