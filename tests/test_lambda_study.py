@@ -75,7 +75,22 @@ def test_the_study_reads_table_3s_layerwise_and_its_calibrated_sgr_runs():
     keys = {u.key for u in units_of("sgr.lamfull", study)}
     table3 = {u.key for u in units_of("sgr.tab3", get("sgr.tab3").resolve("cpu", {})) if "Reforward" not in u.label}
     assert table3 <= keys
-    assert len(keys) == 2 * 4 + 2 * 3 + 2 * 4 * 3  # the choice's, layer-wise's, SGR's at 4 readings (10³: Table 3's)
+    assert len(keys) == 2 * 1 + 2 * 3 + 2 * 4 * 3  # Table 3's reading's choice, layer-wise's, SGR's at 4 readings
+
+
+def test_outside_table_3s_reading_the_first_seeds_comparison_run_is_the_choice_run_and_comes_first():
+    from gradalign.experiments.units import units_of
+    from gradalign.training.local_heldout import RUN_KIND as HELDOUT
+
+    study = get("sgr.lamfull").resolve("cpu", {})
+    units = units_of("sgr.lamfull", study)
+    kinds = [u.kind for u in units]
+    assert kinds[:2] == ["sgr.local", "sgr.local"] and kinds[2:8] == [HELDOUT] * 6 and HELDOUT not in kinds[8:]
+    assert {u.spec["seed"] for u in units[2:8]} == {study.seed} and all(u.spec["held_out"] == 1000 for u in units[2:8])
+    assert all(u.spec["validation"] == 1000 for u in units[:2])  # Table 3's reading: runs of their own
+    first_seed_plain = [u for u in units if u.kind != HELDOUT and u.spec["seed"] == study.seed and "λ" not in u.label]
+    plain_at_new = [u for u in first_seed_plain if u.spec["method"].get("lam", 1000.0) != 1000.0]
+    assert plain_at_new == []  # no reading other than Table 3's trains its first seed twice
 
 
 @pytest.mark.parametrize(
@@ -123,8 +138,9 @@ def test_at_half_the_budget_the_study_compares_b_s_choice_and_trains_no_choice_r
 
 
 def test_a_diverged_choice_run_scores_chance_is_kept_and_is_not_trained_again(store, monkeypatch):
-    """`choice` fed a run that raises a DivergenceError: its reading scores chance (never chosen over a trained one),
-    the divergence is kept as a result, and the next choice reads it instead of training the run again."""
+    """`choice` fed runs that diverge: Table 3's reading's own choice run raises (kept as a result, never trained
+    again); a first-seed comparison run stores its divergence as its result. Both score chance, never chosen over a
+    trained reading, and the page's cell for each says so."""
     from gradalign.errors import DivergenceError
     from gradalign.experiments.diverged_runs import diverged
     from gradalign.experiments.sgr.lambda_study import choice
@@ -135,22 +151,22 @@ def test_a_diverged_choice_run_scores_chance_is_kept_and_is_not_trained_again(st
 
     def run(self, root=None):
         calls.append(self.key)
-        if self.spec["network"] == "resnet32" and self.spec["method"]["reduction"] == "sum":
+        if self.spec["network"] == "resnet32" and self.spec.get("validation"):  # Table 3's reading's own run
             raise DivergenceError("sgr diverged at epoch 1: loss is not finite")
-        return {"final_test_acc": 50.0 + len(calls)}
+        if self.spec["network"] == "plainnet32":  # a comparison run's divergence is its result
+            return {"final_val_acc": 10.0, "final_test_acc": 10.0, "diverged": "loss is not finite"}
+        return {"final_val_acc": 50.0 + len(calls), "final_test_acc": 1.0, "diverged": None}
 
     monkeypatch.setattr(run_unit.Unit, "run", run)
     val_acc, failed = choice(cfg, "cpu")
-    assert val_acc["resnet32"]["sum λ=1"] == 10.0 and len(diverged("sgr.lamfull")) == 1
-    assert failed == {"resnet32": ["sum λ=1"], "plainnet32": []}  # by reading: the page marks that cell
-    assert choose_reading(val_acc["resnet32"]) != "sum λ=1"
+    assert val_acc["resnet32"]["mean λ=1000"] == 10.0 and len(diverged("sgr.lamfull")) == 1
+    assert val_acc["resnet32"]["mean λ=1"] > 50.0  # its first seed's comparison run, scored on the held-out images
+    assert failed == {"resnet32": ["mean λ=1000"], "plainnet32": ["mean λ=1", "sum λ=1"]}  # the page marks them
+    assert choose_reading(val_acc["resnet32"]) != "mean λ=1000"
     trained = len(calls)
     again, failed_again = choice(cfg, "cpu")
-    assert (
-        again["resnet32"]["sum λ=1"] == 10.0
-        and failed_again == failed
-        and len(calls) == trained + len(cfg.readings()) * 2 - 1
-    )
+    assert again["plainnet32"] == val_acc["plainnet32"] and failed_again == failed
+    assert again["resnet32"]["mean λ=1000"] == 10.0 and len(calls) == trained + 2 * len(cfg.readings()) - 1
 
 
 def test_once_its_record_is_stored_the_study_s_half_budget_is_queued_right_after_it_as_runs_only(store, monkeypatch):

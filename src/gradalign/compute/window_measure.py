@@ -27,6 +27,7 @@ THROUGHPUT = {  # unit kind -> what its rate counts, from what the run returns
     "lga.ssl": "images (labeled + unlabeled batches) per second of train_seconds",
     "metagrad.ssl": "images (labeled + unlabeled batches) per second of train_seconds",
     "sgr.local": "training images per second of train_seconds (epochs × steps × batch)",
+    "sgr.local-heldout": "training images per second of train_seconds (epochs × steps × batch)",
     "sgr.bpfree": "training images per second of train_seconds (epochs × steps × batch)",
     "isoloss.siamese": "pairs of views per second of training (the run's images_per_s)",
 }
@@ -48,7 +49,7 @@ def unit_throughput(kind: str, spec: dict, value: object) -> dict | None:
     try:
         if kind in ("lga.ssl", "metagrad.ssl") and seconds:
             per_s = protocol["steps"] * (protocol["batch_labeled"] + protocol["batch_unlabeled"]) / seconds
-        elif kind in ("sgr.local", "sgr.bpfree") and seconds:
+        elif kind in ("sgr.local", "sgr.local-heldout", "sgr.bpfree") and seconds:
             per_s = value["epochs_done"] * value["steps_per_epoch"] * protocol["batch_size"] / seconds
         elif kind == "isoloss.siamese":
             per_s = value.get("images_per_s")
