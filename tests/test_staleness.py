@@ -220,6 +220,24 @@ def test_a_changed_record_without_todays_canary_is_listed_until_the_canary_is_ke
     assert missing_canaries([changed]) == []
 
 
+def test_an_unreadable_kept_canary_is_listed_as_missing_and_runs_nothing(smoke_record, monkeypatch):
+    """`missing_canaries` reads files only: a kept canary cut short is a missing one, never a reason to run it."""
+    from gradalign.records import canary
+    from gradalign.store.fingerprint import behaviour_fingerprint
+
+    changed = _as_if_code_changed(smoke_record)
+    path = canary._cache_path("lga.prop1", behaviour_fingerprint(canary._module("lga.prop1")))
+    canary.todays_canary("lga.prop1", behaviour_fingerprint(canary._module("lga.prop1")))
+    path.write_text(path.read_text()[:20])  # cut short
+
+    def ran(element_id):
+        raise AssertionError(f"a canary ran for {element_id}")
+
+    monkeypatch.setattr(canary, "run_canary", ran)
+    assert canary.missing_canaries([changed]) == ["lga.prop1"]
+    assert canary.code_status(changed, run=False)["why"] == "smoke canary not run on today's code"
+
+
 def test_every_committed_record_reads_a_committed_canary_of_todays_code():
     """A record whose code changed is cleared or found stale by its smoke canary on today's code; the checkout
     keeps those canaries under `results/canaries/`, committed, so that the book, the report and this suite on a

@@ -126,8 +126,11 @@ def _cache_path(element_id: str, behaviour: dict[str, str]) -> Path:
     return results_root() / "canaries" / element_id / f"{key}.json"
 
 
-def todays_canary(element_id: str, behaviour: dict[str, str] | None = None, fmt: int = FORMAT) -> str:
-    """Today's canary digest for `element_id` in format `fmt`, from the cache when today's behaviour ran it."""
+def todays_canary(
+    element_id: str, behaviour: dict[str, str] | None = None, fmt: int = FORMAT, run: bool = True
+) -> str | None:
+    """Today's canary digest for `element_id` in format `fmt`, from the cache when today's behaviour ran it; else
+    run here, or None where `run` is False (a missing or unreadable kept canary)."""
     behaviour = behaviour if behaviour is not None else behaviour_fingerprint(_module(element_id))
     path = _cache_path(element_id, behaviour)
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -135,6 +138,8 @@ def todays_canary(element_id: str, behaviour: dict[str, str] | None = None, fmt:
         cached = entry["digests"][str(fmt)]
         if entry["id"] == element_id and entry["torch"] == _torch_version() and isinstance(cached, str):
             return cached
+    if not run:
+        return None
     digests = run_canary(element_id)
     with contextlib.suppress(OSError):
         stored = {str(f): d for f, d in digests.items()}
@@ -180,12 +185,13 @@ def code_status(record: dict, run: bool = True) -> dict | None:
         return {"state": "stale", "changed": changed, "why": "no smoke canary stored with the record"}
     if canary.get("torch") != _torch_version():
         return {"state": "stale", "changed": changed, "why": f"its canary ran under torch {canary.get('torch')}"}
-    if not run and not _cache_path(record["id"], behaviour).exists():
-        return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
     fmt = canary.get("format", 1)
     if fmt not in FORMATS:
         return {"state": "stale", "changed": changed, "why": f"its canary has an unknown format {fmt!r}"}
-    if todays_canary(record["id"], behaviour, fmt) == canary["digest"]:
+    today = todays_canary(record["id"], behaviour, fmt, run=run)
+    if today is None:  # not kept (or unreadable) and not to be run here
+        return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
+    if today == canary["digest"]:
         return {"state": "current by canary", "changed": changed, "why": "smoke canary identical"}
     return {"state": "stale", "changed": changed, "why": "smoke canary differs"}
 
