@@ -218,4 +218,17 @@ def test_in_words_says_an_inert_chosen_reading_makes_the_verdict_inconclusive_by
     assert "does not act" not in acting[0] and acting[0].endswith("SGR beats layer-wise at mean λ=1.")
     assert acting[1].endswith("SGR beats layer-wise at mean λ=1, so Tables 3 and 6 are to be rerun there.")
     unmeasured = in_words(_metrics(_row(+1.2, "beats", None), _row(+0.9, "beats", 0.02)))
-    assert "ratio not measured" in unmeasured[0] and unmeasured[1].endswith("are to be rerun there.")
+    assert "term ratio was not measured" in unmeasured[0] and "does not act" not in unmeasured[0]
+    inert_win = in_words(_metrics(_row(+1.2, "beats", 0.98), _row(-5.9, "loses", 0.02)))[0]
+    assert "does not act" in inert_win and "did not help" not in inert_win  # no contradiction with the win
+
+
+def test_where_the_whole_split_trains_every_reading_gets_its_own_choice_run():
+    from gradalign.experiments.units import units_of
+    from gradalign.training.local_heldout import RUN_KIND as HELDOUT
+
+    paper = get("sgr.lamfull").resolve("paper", {})
+    assert paper.n_train == 0
+    units = units_of("sgr.lamfull", paper)
+    assert HELDOUT not in {u.kind for u in units}
+    assert sum(u.spec.get("validation", 0) > 0 for u in units) == len(paper.networks) * len(paper.readings())
