@@ -238,20 +238,14 @@ def test_a_run_checkpointed_on_cuda_resumes_there(tmp_path, monkeypatch, method)
     assert len(resumed["history"]["step"]) == len(whole["history"]["step"]) and not checkpoint.exists()
 
 
-def test_bf16_on_a_cpu_without_native_bf16_is_named_slow_and_warned_once(monkeypatch):
-    import warnings
+def test_bf16_on_a_cpu_without_native_bf16_is_named_slow(monkeypatch):
+    from gradalign.compute import bf16_speed
+    from gradalign.training.fast import FastPath
 
-    from gradalign.training import fast
-
-    on = fast.FastPath(bf16=True)
-    monkeypatch.setattr(fast, "native_bf16_cpu", lambda: False)
-    assert "emulates it" in fast.slow_bf16(on, "cpu")
-    assert fast.slow_bf16(fast.FastPath(channels_last=True), "cpu") is None  # no bf16 asked
-    assert fast.slow_bf16(on, "meta") is None  # not a CPU
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with fast.autocast(on, "cpu"):
-            pass
-    assert [w.category for w in caught] == [RuntimeWarning]
-    monkeypatch.setattr(fast, "native_bf16_cpu", lambda: True)  # the failing case: native bf16 is not slow
-    assert fast.slow_bf16(on, "cpu") is None
+    on = FastPath(bf16=True)
+    monkeypatch.setattr(bf16_speed, "native_bf16_cpu", lambda: False)
+    assert "emulates it" in bf16_speed.slow_bf16(on, "cpu")
+    assert bf16_speed.slow_bf16(FastPath(channels_last=True), "cpu") is None  # no bf16 asked
+    assert bf16_speed.slow_bf16(on, "meta") is None  # not a CPU
+    monkeypatch.setattr(bf16_speed, "native_bf16_cpu", lambda: True)  # the failing case: native bf16 is not slow
+    assert bf16_speed.slow_bf16(on, "cpu") is None
