@@ -213,7 +213,8 @@ def sweep(
     stored = len(units) - len(missing)
     echo(f"{element_id} [{preset}]: {stored} of {len(units)} unit(s) stored, submitting {len(missing)} as jobs")
     if executor == "local" and not gpus_per_node and any((u.spec.get("fast") or {}).get("bf16") for u in missing):
-        from gradalign.compute.bf16_speed import FastPath, slow_bf16
+        from gradalign.compute.bf16_speed import slow_bf16
+        from gradalign.training.fast import FastPath
 
         echo(f"  note: {slow_bf16(FastPath(bf16=True), 'cpu') or 'bf16 autocast runs natively on this CPU'}")
     summary.submitted = [unit.label for unit in missing]
