@@ -312,6 +312,35 @@ def test_a_divergence_outside_a_study_fails_its_job_and_is_kept_nowhere(cache, t
     assert diverged("lga.tune", tmp_path / "results") == {} and run().submitted == [bad.label]
 
 
+
+def test_two_divergences_kept_at_once_are_both_kept(cache, tmp_path, monkeypatch):
+    """Two jobs that diverge together: each reads the file, adds its run and writes it back. The read is slowed so
+    that, without the lock, both read the empty file and the later write drops the earlier run."""
+    import threading
+    import time
+
+    from gradalign.experiments import diverged_runs
+
+    read = diverged_runs.diverged
+
+    def slow_read(study, root=None):
+        runs = read(study, root)
+        time.sleep(0.3)
+        return runs
+
+    monkeypatch.setattr(diverged_runs, "diverged", slow_read)
+    units = units_of("lga.fig3", _cfg(overrides=TINY))[:2]
+    store = tmp_path / "store"
+    threads = [
+        threading.Thread(target=diverged_runs.keep_diverged, args=("sgr.lamfull", u, "simulated", "cpu", store))
+        for u in units
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(read("sgr.lamfull", store)) == sorted(u.key for u in units)
+
 BAD_INPUT = {  # argv after `sweep`: the start of the one-line error
     "unknown id": (["lga.nope"], "unknown element id 'lga.nope'"),
     "id without units": (["lga.fig1"], "lga.fig1 has no units to sweep"),

@@ -35,8 +35,15 @@ def keep_diverged(study: str, unit, why: str, device, root=None) -> dict:
     from gradalign.store.atomic import write_digested
     from gradalign.store.store_root import results_root
 
+    from gradalign.store.runcache import cache_root, key_lock
+
     root = root or results_root()
-    runs = diverged(study, root)  # read again: another process may have kept one
-    runs[unit.key] = {"label": unit.label, "why": why, "git_commit": git_commit(), "hardware": hardware(device)}
-    write_digested(root / _file(study), {"runs": runs})
-    return runs[unit.key]
+    kept = {"label": unit.label, "why": why, "git_commit": git_commit(), "hardware": hardware(device)}
+    # Read, add, write under one lock: two jobs of a sweep that diverge together would otherwise each write the
+    # file as they read it, and the later write would drop the other's run. The lock sits in the run cache (that the
+    # sweep's jobs share), never beside the committed file.
+    with key_lock(cache_root() / "locks" / f"diverged-{study}.lock", f"{study}'s divergences"):
+        runs = diverged(study, root)
+        runs[unit.key] = kept
+        write_digested(root / _file(study), {"runs": runs})
+    return kept
