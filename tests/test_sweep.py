@@ -312,7 +312,6 @@ def test_a_divergence_outside_a_study_fails_its_job_and_is_kept_nowhere(cache, t
     assert diverged("lga.tune", tmp_path / "results") == {} and run().submitted == [bad.label]
 
 
-
 def test_two_divergences_kept_at_once_are_both_kept(cache, tmp_path, monkeypatch):
     """Two jobs that diverge together: each reads the file, adds its run and writes it back. The read is slowed so
     that, without the lock, both read the empty file and the later write drops the earlier run."""
@@ -340,6 +339,7 @@ def test_two_divergences_kept_at_once_are_both_kept(cache, tmp_path, monkeypatch
     for thread in threads:
         thread.join()
     assert sorted(read("sgr.lamfull", store)) == sorted(u.key for u in units)
+
 
 BAD_INPUT = {  # argv after `sweep`: the start of the one-line error
     "unknown id": (["lga.nope"], "unknown element id 'lga.nope'"),
