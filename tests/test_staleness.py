@@ -291,3 +291,21 @@ def test_a_moved_module_re_executes_no_notebook(tmp_path, monkeypatch):
     )
     assert any(p.name == "sgr.py" and p.parent.name == "methods" for p in moved(book.notebook_code(notebook)))
     assert book.input_key(notebook, "smoke", store) != before  # a change of behaviour re-executes it
+
+
+def test_every_committed_record_carries_its_smoke_canary():
+    """A record stored without its canary turns stale at the first change of its code, with nothing that could clear
+    it; `gradalign stale --stamp` on the code that computed it adds one (the smoke outcome, run twice)."""
+    import json
+
+    from gradalign.elements import PARTS
+    from gradalign.environment import project_root
+
+    root = project_root()
+    missing = [
+        str(path.relative_to(root))
+        for part in PARTS
+        for path in sorted((root / "results" / part).glob("*/*.json"))
+        if not isinstance(json.loads(path.read_text()).get("provenance", {}).get("canary"), dict)
+    ]
+    assert missing == [], "run `gradalign stale --stamp` on the committed code that computed them and commit them"
