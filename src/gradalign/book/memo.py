@@ -15,6 +15,9 @@ import pickle
 from pathlib import Path
 
 
+_active = False  # a block is open (blocks nest: the inner one adds nothing)
+
+
 def _stat_key(path: Path) -> tuple | None:
     """What changes whenever a file is written or replaced (an atomic write is a new inode and a new ctime)."""
     try:
@@ -37,6 +40,10 @@ def memoized_reads():
     fresh copy (pickled when first read): what a caller gets is what a fresh read gives. A read that fails is not
     remembered (it warns each time, as before). Only for a stretch in which nothing writes records or runs (the
     pages, after the notebooks ran): a record's checks also read its runs."""
+    global _active
+    if _active:  # inside another memo block (the build's, around a report): its memo serves
+        yield
+        return
     from gradalign.records.results import ResultStore
     from gradalign.store import fingerprint, run_unit
 
@@ -70,7 +77,21 @@ def memoized_reads():
         return module_file(name, package)
 
     ResultStore.load, run_unit.read_entry, fingerprint.module_file = memo_load, memo_read_entry, memo_module_file
+    _active = True
     try:
         yield
     finally:
+        _active = False
         ResultStore.load, run_unit.read_entry, fingerprint.module_file = load, read_entry, module_file
+
+
+def reads_once(function):
+    """`function` run inside `memoized_reads`: for a page that reads every stored record and its runs many times
+    (the report, the compute page, the book's markers) and writes none."""
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        with memoized_reads():
+            return function(*args, **kwargs)
+
+    return wrapper

@@ -38,6 +38,7 @@ from gradalign.book.report import (
 )
 from gradalign.book.record_text import hardware_text, seeds_text, time_text, where_computed
 from gradalign.records.results import ResultStore
+from gradalign.book.memo import reads_once
 
 
 def part_page(part: str) -> str | None:
@@ -135,6 +136,7 @@ def references_markdown() -> str:
     return "\n".join(f"- {PAPERS[part]['cite']}. <{PAPERS[part]['url']}>" for part in PARTS)
 
 
+@reads_once
 def fill_markers(text: str, preset: str, store: ResultStore, base: str) -> str:
     """Replace every `<!-- gradalign: ... -->` marker of a hand-written page with its generated Markdown."""
 
@@ -155,6 +157,7 @@ def fill_markers(text: str, preset: str, store: ResultStore, base: str) -> str:
     return MARKER.sub(fill, text)
 
 
+@reads_once
 def compute_markdown(preset: str = "auto", store: ResultStore | None = None) -> str:
     """Every shown record's hardware, preset, seeds, wall time, commit and code state; the pinned environment."""
     store = store or ResultStore()

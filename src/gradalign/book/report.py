@@ -17,6 +17,7 @@ from gradalign.experiments.validity import evidence_of
 from gradalign.book.measured import breakable, format_value, reason_text
 from gradalign.book.record_text import duration, seeds_text, time_text, where_computed
 from gradalign.records.results import ResultStore
+from gradalign.book.memo import reads_once
 from gradalign.records.canary import code_status
 from gradalign.records.runner import element_status, stored_record
 from gradalign.book.toc import in_book
@@ -240,6 +241,7 @@ def split_counts(verdicts: dict[str, str], records: dict[str, dict | None] | Non
     return out
 
 
+@reads_once
 def report_markdown(preset: str = "auto", store: ResultStore | None = None, base: str = "../") -> str:
     store = store or ResultStore()
     records = {eid: shown_record(eid, preset, store) for eid in ELEMENTS}

@@ -44,11 +44,11 @@ def counted(record: dict | None, element_id: str) -> bool:
 
 
 def run_sets(records: dict[str, dict]) -> list[list[str]]:
-    """The empirical records grouped by the committed runs they read (`committed.entries`): records that share a
+    """The empirical records grouped by the committed runs they read (`committed.units`): records that share a
     run are one set (connected components of "shares a run"). A record with no units is a set of its own."""
-    from gradalign.experiments.committed import entries
+    from gradalign.experiments.committed import units
 
-    keys = {eid: {(u.kind, u.key) for u, _ in entries(r)} for eid, r in records.items()}
+    keys = {eid: {(u.kind, u.key) for u in units(r)} for eid, r in records.items()}
     sets: list[tuple[set, list[str]]] = []
     for eid in records:
         mine, members = set(keys[eid]), [eid]

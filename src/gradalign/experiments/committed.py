@@ -41,18 +41,22 @@ def resolved(record: dict, overrides: dict | None = None):
     return None
 
 
-def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, dict | None]]:
-    """(unit, committed entry or None) for every unit of the record's experiment at its preset and config, with
-    `overrides` applied on top (`resolved`): the same runs at another budget, say. [] for an element without units
-    or a config that does not resolve."""
+def units(record: dict, overrides: dict | None = None) -> list:
+    """The units of the record's experiment at its preset and config, with `overrides` applied on top
+    (`resolved`); [] for an element without units or a config that does not resolve. Nothing is read."""
     from gradalign.experiments.units import UNITS, units_of
-    from gradalign.store.run_unit import read_entry
-    from gradalign.store.store_root import results_root
 
     if record.get("id") not in UNITS:
         return []
     cfg = resolved(record, overrides)
-    if cfg is None:
-        return []
+    return [] if cfg is None else units_of(record["id"], cfg)
+
+
+def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, dict | None]]:
+    """(unit, committed entry or None) for every unit of the record (`units`): the same runs at another budget,
+    say, with `overrides`. Each entry is checked as it is read (its key, spec and digest)."""
+    from gradalign.store.run_unit import read_entry
+    from gradalign.store.store_root import results_root
+
     folder = results_root() / "runs"
-    return [(unit, read_entry(folder, unit)) for unit in units_of(record["id"], cfg)]
+    return [(unit, read_entry(folder, unit)) for unit in units(record, overrides)]

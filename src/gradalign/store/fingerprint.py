@@ -50,14 +50,18 @@ def library_closure(source: str, parents: bool = True, package: Path = PACKAGE) 
     computes a result, not of the registries the package's `__init__` files fill).
     """
     seen: dict[str, Path] = {}
+    looked: set[str] = set()  # names already looked up (a name, not a module: `from a import b` counts a.b)
     todo = list(gradalign_imports(source))
     while todo:
         name = todo.pop()
         parts = name.split(".")
         for i in range(1 if parents else len(parts), len(parts) + 1):  # a.b.c runs a/__init__, a/b/__init__
             sub = ".".join(parts[:i])
+            if sub in looked:
+                continue
+            looked.add(sub)
             path = module_file(sub, package)
-            if path is not None and sub not in seen:
+            if path is not None:
                 seen[sub] = path
                 todo += list(gradalign_imports(path.read_text()))
     return sorted(set(seen.values()))
