@@ -8,6 +8,8 @@ from gradalign.experiments import EXPERIMENTS, check, outcome
 from gradalign.records.results import SCHEMA, RecordWarning, ResultStore, record_digest
 from gradalign.experiments.verdict import derive_verdict
 
+QUICK = {"example_steps": 20, "example_unlabeled": 50}  # lga.alg1 at smoke, shorter: the store is tested, not it
+
 
 def count_runs(monkeypatch, element_id="lga.alg1"):
     """Record every config the experiment `element_id` actually computes (shared with test_tampering)."""
@@ -24,7 +26,7 @@ def count_runs(monkeypatch, element_id="lga.alg1"):
 
 
 def test_save_is_atomic_and_loads_back(store):
-    record = runner.run("lga.alg1", "smoke", store=store)
+    record = runner.run("lga.alg1", "smoke", QUICK, store=store)
     path = store.path("lga.alg1", "smoke", record["config_hash"])
     assert path.exists() and path.parent == store.root / "lga" / "lga.alg1"
     assert not list(path.parent.glob("*.tmp"))
@@ -36,7 +38,7 @@ def test_save_is_atomic_and_loads_back(store):
 
 
 def test_failed_write_keeps_the_old_record(store, monkeypatch):
-    record = runner.run("lga.alg1", "smoke", store=store)
+    record = runner.run("lga.alg1", "smoke", QUICK, store=store)
     path = store.path("lga.alg1", "smoke", record["config_hash"])
     before = path.read_bytes()
 
@@ -53,14 +55,14 @@ def test_failed_write_keeps_the_old_record(store, monkeypatch):
 
 def test_stored_record_is_reused(store, monkeypatch):
     calls = count_runs(monkeypatch)
-    runner.run("lga.alg1", "smoke", store=store)
-    runner.run("lga.alg1", "smoke", store=store)
+    runner.run("lga.alg1", "smoke", QUICK, store=store)
+    runner.run("lga.alg1", "smoke", QUICK, store=store)
     assert len(calls) == 1
 
 
 @pytest.mark.parametrize("damage", ["truncate", "schema", "hash", "version", "config"])
 def test_bad_record_is_reported_and_recomputed(store, monkeypatch, damage):
-    record = runner.run("lga.alg1", "smoke", store=store)
+    record = runner.run("lga.alg1", "smoke", QUICK, store=store)
     path = store.path("lga.alg1", "smoke", record["config_hash"])
     text = path.read_text()
     bad = json.loads(text)
@@ -78,7 +80,7 @@ def test_bad_record_is_reported_and_recomputed(store, monkeypatch, damage):
         path.write_text(json.dumps(bad))
     calls = count_runs(monkeypatch)
     with pytest.warns(RecordWarning, match="ignoring stored record"):
-        again = runner.run("lga.alg1", "smoke", store=store)
+        again = runner.run("lga.alg1", "smoke", QUICK, store=store)
     assert len(calls) == 1
     assert again["config"] == record["config"]
     assert json.loads(path.read_text())["schema"] == SCHEMA == 3  # rewritten
