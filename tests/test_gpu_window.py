@@ -164,6 +164,7 @@ def test_a_diverging_unit_is_reported_and_the_window_goes_on(tmp_path, monkeypat
     window = gpu_window(5, tmp_path / "out", backlog, device="cpu", bench=False, echo=lambda _: None)
     statuses = [u["status"] for u in window.units]
     assert statuses[0].startswith("diverged: ") and "step" in statuses[0]
+    assert window.units[0]["key"] and window.units[0]["git_commit"] and window.units[0]["hardware"]  # the unit's row
     assert window.records and window.records[0].startswith("sgr.fig2 [cpu]") and not window.stopped
 
 
@@ -409,6 +410,7 @@ def test_a_unit_an_earlier_window_saw_diverge_is_not_trained_again(tmp_path, mon
     backlog = (("sgr.fig2", "cpu", {**TINY, "protocol.lr": 1e6}),)
     first = gpu_window(5, tmp_path / "out", backlog, device="cpu", bench=False, workers=2, echo=lambda _: None)
     assert sum(u["status"].startswith("diverged: ") for u in first.units) == 6
+    assert all(u["git_commit"] and u["hardware"] for u in first.units if u["status"].startswith("diverged: "))
     home = tmp_path / "home"
     assert not import_window(tmp_path / "out", home).refused
     monkeypatch.setenv("GRADALIGN_RESULTS", str(home))

@@ -48,6 +48,7 @@ class Imported:
     window: dict = field(default_factory=dict)
     checkpoints: list[str] = field(default_factory=list)  # kind/key placed in the carry folder (`window_carry`)
     reassessed: list[str] = field(default_factory=list)  # records assessed again with the runs placed (`_reassess`)
+    kept_diverged: list[str] = field(default_factory=list)  # "study: label" of a study's runs that diverged there
 
     def lines(self) -> list[str]:
         out = [
@@ -62,6 +63,7 @@ class Imported:
             f"  checkpoint {name} (resumes in the next window that carries window-carry/)" for name in self.checkpoints
         ]
         out += [f"  assessed again: {line}" for line in self.reassessed]
+        out += [f"  diverged, kept as the study's result: {line}" for line in self.kept_diverged]
         out += [f"  refused: {why}" for why in self.refused]
         out += [f"  bench --quick: {line}" for line in self.bench]
         if self.window.get("stopped"):
@@ -149,8 +151,40 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
         _place(*report, imported, imported.added_windows)
     for name, record in (bench or {}).get("bench", {}).items():
         imported.bench.append(_bench_line(name, record))
+    _keep_study_divergences(imported.window.get("units", []), store.root, imported)
     _reassess(store, imported)
     return imported
+
+
+def _keep_study_divergences(rows: list[dict], root: Path, imported: Imported) -> None:
+    """The runs of a study that ranks its runs (`diverged_runs.STUDIES`: a tuning, the λ study) that diverged in the
+    window, kept in the study's `diverged.json` as `gradalign sweep` keeps them, with the commit and hardware the
+    window names: the study ranks them, and nothing trains them again (here, an hour each on two cores)."""
+    from types import SimpleNamespace
+
+    from gradalign.compute.import_checks import _KEY, _KIND
+    from gradalign.experiments import get
+    from gradalign.experiments.diverged_runs import STUDIES, diverged, keep_diverged
+    from gradalign.experiments.units import units_of
+
+    rows = [
+        r
+        for r in rows
+        if str(r.get("status", "")).startswith("diverged: ")
+        and _KIND.fullmatch(str(r.get("kind", "")))
+        and _KEY.fullmatch(str(r.get("key", "")))
+    ]
+    if not rows:
+        return
+    for study in STUDIES:
+        units = {(u.kind, u.key) for u in units_of(study, get(study).resolve("cpu", {}))}
+        for row in (r for r in rows if (r["kind"], r["key"]) in units):
+            if row["key"] in diverged(study, root):
+                continue
+            made = {"git_commit": row.get("git_commit") or "unknown", "hardware": row.get("hardware") or "unknown"}
+            unit = SimpleNamespace(label=row.get("label") or row["key"], key=row["key"])
+            keep_diverged(study, unit, row["status"].removeprefix("diverged: "), None, root, made)
+            imported.kept_diverged.append(f"{study}: {unit.label}")
 
 
 def _reassess(store, imported: Imported) -> None:

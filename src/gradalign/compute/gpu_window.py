@@ -45,7 +45,7 @@ from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_it
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 from gradalign.compute.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued, runs_only
-from gradalign.compute.window_pool import unit_row
+from gradalign.compute.window_pool import diverged_fields, unit_row
 from gradalign.compute.gpu_import import (
     BENCH_FILE,
     RECORDS_FILE,
@@ -229,9 +229,14 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                     if stopped and read_entry(store.root / "runs", unit) is None:
                         raise DivergenceError(f"{unit.label} diverged in an earlier window (not trained again)")
                     start, there = time.monotonic(), read_entry(store.root / "runs", unit) is not None
-                    with committed_runs(store.root / "runs", write=True):
-                        value = unit.run()
-                        made = runs_read().get((unit.kind, unit.key), {})
+                    try:
+                        with committed_runs(store.root / "runs", write=True):
+                            value = unit.run()
+                            made = runs_read().get((unit.kind, unit.key), {})
+                    except DivergenceError as err:  # its row (kind, key) tells the next window and the import
+                        seconds = round(time.monotonic() - start, 3)
+                        window.units.append(unit_row(element_id, preset, unit, seconds=seconds, **diverged_fields(err)))
+                        raise
                     seconds = round(time.monotonic() - start, 3)
                     status = "committed before" if there else "finished"
                     rate = unit_throughput(unit.kind, unit.spec, value)

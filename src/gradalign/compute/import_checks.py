@@ -137,7 +137,16 @@ _WINDOW_FIELDS = {  # field -> (types, words): `gpu_window.Window` and what `imp
     "throughput": (dict, "an object"),
 }
 MAX_PHASES, MAX_KINDS, MAX_TEXT = 64, 64, 500  # a window marks a few phases and trains a few unit kinds
-_UNIT_FIELDS = {"element": str, "preset": str, "kind": str, "key": str, "status": str, "label": str}
+_UNIT_FIELDS = {
+    "element": str,
+    "preset": str,
+    "kind": str,
+    "key": str,
+    "status": str,
+    "label": str,
+    "git_commit": str,  # a diverged unit's (`window_pool.diverged_fields`)
+    "hardware": str,
+}
 
 
 def window_problem(report: object) -> str | None:

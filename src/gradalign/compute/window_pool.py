@@ -48,6 +48,17 @@ def unit_row(element_id: str, preset: str, unit, **fields) -> dict:
     return {"element": element_id, "preset": preset, "label": unit.label, "kind": unit.kind, "key": unit.key, **fields}
 
 
+def diverged_fields(err: Exception) -> dict:
+    """A diverged unit's row fields: its status, and the commit and hardware it diverged on, which the import keeps
+    with the divergence where the unit is a study's (`gpu_import`, `diverged_runs.keep_diverged`)."""
+    import torch
+
+    from gradalign.environment import git_commit, hardware
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return {"status": f"diverged: {err}", "git_commit": git_commit(), "hardware": hardware(device)}
+
+
 def _train_one(job) -> dict:
     """A worker's body: one unit trained and committed within the deadline; its row for `window.json`."""
     element_id, preset, unit, runs, deadline, threads = job
@@ -61,7 +72,7 @@ def _train_one(job) -> dict:
     if left <= 1:
         return {**row, "seconds": 0.0, "hardware": "", "status": "not begun: the time box closed"}
     pin_threads(threads)
-    start, made, progress, rate = time.monotonic(), {}, None, None
+    start, made, progress, rate, kept = time.monotonic(), {}, None, None, {}
     try:
         with time_box(left / 60), committed_runs(Path(runs), write=True):
             value = unit.run()
@@ -71,10 +82,12 @@ def _train_one(job) -> dict:
         status = "stopped by the time box"
         progress = stopped_at(str(err))
     except DivergenceError as err:
-        status = f"diverged: {err}"
+        kept = diverged_fields(err)
+        status = kept["status"]
     except Exception as err:  # noqa: BLE001 (a failed unit is reported in the window's file; the others go on)
         status = f"failed: {type(err).__name__}: {err}"
     row.update(seconds=round(time.monotonic() - start, 3), hardware=made.get("hardware", ""), status=status)
+    row.update(kept)  # a divergence: the commit and hardware it happened on
     return {**row, **({"progress": progress} if progress else {}), **({"throughput": rate} if rate else {})}
 
 

@@ -6,7 +6,8 @@ choice would never be made and whatever waits on it would never start. The study
 `<results>/pilots/<study>/diverged.json` (with its commit, hardware and a digest: an edited or cut file is an error,
 never read), ranks the run below every trained one, and never trains it again; its page shows it as "diverged".
 `gradalign sweep` keeps a study's divergences the same way (`compute.sweep.compute_unit`) and submits them no more;
-a GPU window does not yet (the study's assembly then trains such a run once more, deterministically, and keeps it).
+a GPU window reports them in its `window.json` with the commit and hardware they diverged on, and `gradalign import`
+keeps them here (`compute.gpu_import`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ def diverged(study: str, root=None) -> dict[str, dict]:
     return (read_digested((root or results_root()) / _file(study)) or {"runs": {}})["runs"]
 
 
-def keep_diverged(study: str, unit, why: str, device, root=None) -> dict:
+def keep_diverged(study: str, unit, why: str, device, root=None, made: dict | None = None) -> dict:
     """Keep `unit`'s divergence (`why`: the error's line) under `study` (in the results store `root`, default
-    `results_root()`), with its provenance; returns what was kept."""
+    `results_root()`), with its provenance: this checkout's commit and `device`'s hardware, or `made`'s
+    ({"git_commit", "hardware"}: where a GPU window trained it); returns what was kept."""
     from gradalign.environment import git_commit, hardware
     from gradalign.store.atomic import write_digested
     from gradalign.store.store_root import results_root
@@ -38,7 +40,8 @@ def keep_diverged(study: str, unit, why: str, device, root=None) -> dict:
     from gradalign.store.runcache import cache_root, key_lock
 
     root = root or results_root()
-    kept = {"label": unit.label, "why": why, "git_commit": git_commit(), "hardware": hardware(device)}
+    made = made or {"git_commit": git_commit(), "hardware": hardware(device)}
+    kept = {"label": unit.label, "why": why, "git_commit": made["git_commit"], "hardware": made["hardware"]}
     # Read, add, write under one lock: two jobs of a sweep that diverge together would otherwise each write the
     # file as they read it, and the later write would drop the other's run. The lock sits in the run cache (that the
     # sweep's jobs share), never beside the committed file.

@@ -1,0 +1,48 @@
+"""A study's run that diverges in a GPU window is kept as the study's result when the window is imported, with the
+commit and hardware it diverged on; another element's divergence is kept nowhere (the window's report has it)."""
+
+from __future__ import annotations
+
+from gradalign.compute.gpu_import import import_window
+from gradalign.compute.window_pool import unit_row
+from gradalign.experiments import get
+from gradalign.experiments.diverged_runs import diverged
+from gradalign.experiments.units import units_of
+from gradalign.store.atomic import write_json_atomically
+
+TINY_FIG2 = {"width": 0.0625, "n_train": 256, "n_test": 256, "protocol.epochs": 1, "lrs": []}
+
+
+def _window(out, rows) -> None:
+    write_json_atomically(out / "window.json", {"minutes": 5.0, "began": "2026-11-29T01:00:00+00:00", "units": rows})
+
+
+def test_import_keeps_a_studys_divergence_with_the_windows_commit_and_hardware(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))  # the lock of the study's file
+    study_unit = units_of("sgr.lamfull", get("sgr.lamfull").resolve("cpu"))[-1]
+    other = units_of("sgr.fig2", get("sgr.fig2").resolve("cpu", TINY_FIG2))[0]
+    made = {"git_commit": "0123abcd", "hardware": "NVIDIA H200 (CUDA 13.0)"}
+    why = "sgr diverged at step 40: the loss is not finite"
+    rows = [
+        unit_row("sgr.lamfull", "cpu", study_unit, seconds=12.0, status=f"diverged: {why}", **made),
+        unit_row("sgr.fig2", "cpu", other, seconds=3.0, status="diverged: x", **made),
+        unit_row("sgr.lamfull", "cpu", study_unit, status="diverged in an earlier window"),
+    ]
+    _window(tmp_path / "out", rows)
+    home = tmp_path / "home"
+    imported = import_window(tmp_path / "out", home)
+    assert not imported.refused
+    kept = diverged("sgr.lamfull", home)
+    assert kept == {study_unit.key: {"label": study_unit.label, "why": why, **made}}
+    assert diverged("lga.tune", home) == {}
+    assert imported.kept_diverged == [f"sgr.lamfull: {study_unit.label}"]
+    assert any(line.startswith("  diverged, kept as the study's result: sgr.lamfull") for line in imported.lines())
+    assert import_window(tmp_path / "out", home).kept_diverged == []  # kept once
+
+
+def test_a_window_without_a_divergence_keeps_none(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    study_unit = units_of("sgr.lamfull", get("sgr.lamfull").resolve("cpu"))[0]
+    _window(tmp_path / "out", [unit_row("sgr.lamfull", "cpu", study_unit, status="stopped by the time box")])
+    assert import_window(tmp_path / "out", tmp_path / "home").kept_diverged == []
+    assert diverged("sgr.lamfull", tmp_path / "home") == {}
