@@ -21,7 +21,7 @@ def test_import_keeps_a_studys_divergence_with_the_windows_commit_and_hardware(t
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))  # the lock of the study's file
     study_unit = units_of("sgr.lamfull", get("sgr.lamfull").resolve("cpu"))[-1]
     other = units_of("sgr.fig2", get("sgr.fig2").resolve("cpu", TINY_FIG2))[0]
-    made = {"git_commit": "0123abcd", "hardware": "NVIDIA H200 (CUDA 13.0)"}
+    made = {"git_commit": "0123abcd" * 5, "hardware": "NVIDIA H200 (CUDA 13.0)"}
     why = "sgr diverged at step 40: the loss is not finite"
     rows = [
         unit_row("sgr.lamfull", "cpu", study_unit, seconds=12.0, status=f"diverged: {why}", **made),
@@ -46,3 +46,41 @@ def test_a_window_without_a_divergence_keeps_none(tmp_path, monkeypatch):
     _window(tmp_path / "out", [unit_row("sgr.lamfull", "cpu", study_unit, status="stopped by the time box")])
     assert import_window(tmp_path / "out", tmp_path / "home").kept_diverged == []
     assert diverged("sgr.lamfull", tmp_path / "home") == {}
+
+
+def test_a_run_committed_here_is_not_replaced_by_a_windows_divergence(tmp_path, monkeypatch):
+    """A CPU sitting committed the run; a window that saw it diverge is imported later: the committed run stays the
+    study's result."""
+    from gradalign.store.run_unit import entry_path
+
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    units = units_of("sgr.lamfull", get("sgr.lamfull").resolve("cpu"))
+    unit = next(u for u in units if entry_path(_repo_runs(), u.kind, u.key).exists())  # a committed choice run
+    home = tmp_path / "home"
+    committed = entry_path(home / "runs", unit.kind, unit.key)
+    committed.parent.mkdir(parents=True)
+    committed.write_bytes(entry_path(_repo_runs(), unit.kind, unit.key).read_bytes())
+    made = {"git_commit": "0" * 40, "hardware": "NVIDIA H200 (CUDA 13.0)"}
+    _window(tmp_path / "out", [unit_row("sgr.lamfull", "cpu", unit, status="diverged: nan", **made)])
+    assert import_window(tmp_path / "out", home).kept_diverged == [] and diverged("sgr.lamfull", home) == {}
+
+
+def test_a_divergence_without_a_commit_in_its_shape_is_refused_and_the_label_is_the_studys(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    first, last = units_of("sgr.lamfull", get("sgr.lamfull").resolve("cpu"))[-2:]
+    rows = [
+        unit_row("sgr.lamfull", "cpu", first, status="diverged: x", git_commit="../../etc", hardware="H200"),
+        {**unit_row("sgr.lamfull", "cpu", last, status="diverged: " + "y" * 2000), "label": "forged"},
+    ]
+    rows[1].update(git_commit="unknown", hardware="H200")
+    _window(tmp_path / "out", rows)
+    imported = import_window(tmp_path / "out", tmp_path / "home")
+    assert imported.refused == [f"sgr.lamfull: {first.label} diverged, without the commit and hardware it ran on"]
+    kept = diverged("sgr.lamfull", tmp_path / "home")
+    assert list(kept) == [last.key] and kept[last.key]["label"] == last.label and len(kept[last.key]["why"]) == 500
+
+
+def _repo_runs():
+    from gradalign.environment import project_root
+
+    return project_root() / "results" / "runs"

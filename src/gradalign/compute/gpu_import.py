@@ -159,14 +159,22 @@ def import_window(folder: str | Path, root: str | Path | None = None) -> Importe
 def _keep_study_divergences(rows: list[dict], root: Path, imported: Imported) -> None:
     """The runs of a study that ranks its runs (`diverged_runs.STUDIES`: a tuning, the λ study) that diverged in the
     window, kept in the study's `diverged.json` as `gradalign sweep` keeps them, with the commit and hardware the
-    window names: the study ranks them, and nothing trains them again (here, an hour each on two cores)."""
+    window names: the study ranks them, and nothing trains them again (here, an hour each on two cores). A run
+    committed here is the study's result and is kept as it is; the label is the study's own, and the window's text
+    (why, commit, hardware) is kept only in the shape a run's provenance has. What cannot be kept is refused and
+    reported, never a reason to stop the import."""
+    import re
     from types import SimpleNamespace
 
-    from gradalign.compute.import_checks import _KEY, _KIND
+    from gradalign.compute.import_checks import _KEY, _KIND, MAX_TEXT
+    from gradalign.config import PRESETS
+    from gradalign.errors import GradalignError
     from gradalign.experiments import get
     from gradalign.experiments.diverged_runs import STUDIES, diverged, keep_diverged
     from gradalign.experiments.units import units_of
+    from gradalign.store.run_unit import read_entry
 
+    commit = re.compile(r"[0-9a-f]{40}(\+dirty)?|unknown")
     rows = [
         r
         for r in rows
@@ -174,16 +182,23 @@ def _keep_study_divergences(rows: list[dict], root: Path, imported: Imported) ->
         and _KIND.fullmatch(str(r.get("kind", "")))
         and _KEY.fullmatch(str(r.get("key", "")))
     ]
-    if not rows:
-        return
-    for study in STUDIES:
-        units = {(u.kind, u.key) for u in units_of(study, get(study).resolve("cpu", {}))}
+    for study in STUDIES if rows else ():
+        presets = {"cpu"} | {r["preset"] for r in rows if r.get("element") == study and r.get("preset") in PRESETS}
+        units = {(u.kind, u.key): u for p in sorted(presets) for u in units_of(study, get(study).resolve(p, {}))}
         for row in (r for r in rows if (r["kind"], r["key"]) in units):
-            if row["key"] in diverged(study, root):
+            unit = units[row["kind"], row["key"]]
+            why = row["status"].removeprefix("diverged: ")[:MAX_TEXT]
+            made = {"git_commit": str(row.get("git_commit", "unknown")), "hardware": str(row.get("hardware", ""))}
+            if not commit.fullmatch(made["git_commit"]) or not 0 < len(made["hardware"]) <= MAX_TEXT:
+                imported.refused.append(f"{study}: {unit.label} diverged, without the commit and hardware it ran on")
                 continue
-            made = {"git_commit": row.get("git_commit") or "unknown", "hardware": row.get("hardware") or "unknown"}
-            unit = SimpleNamespace(label=row.get("label") or row["key"], key=row["key"])
-            keep_diverged(study, unit, row["status"].removeprefix("diverged: "), None, root, made)
+            try:
+                if unit.key in diverged(study, root) or read_entry(root / "runs", unit) is not None:
+                    continue  # kept already, or trained here: the study reads that
+                keep_diverged(study, SimpleNamespace(label=unit.label, key=unit.key), why, None, root, made)
+            except (GradalignError, OSError) as err:
+                imported.refused.append(f"{study}: {unit.label} diverged, not kept: {err}")
+                continue
             imported.kept_diverged.append(f"{study}: {unit.label}")
 
 

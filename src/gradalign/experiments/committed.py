@@ -58,5 +58,6 @@ def entries(record: dict, overrides: dict | None = None) -> list[tuple[object, d
     from gradalign.store.run_unit import read_entry
     from gradalign.store.store_root import results_root
 
-    folder = results_root() / "runs"
-    return [(unit, read_entry(folder, unit)) for unit in units(record, overrides)]
+    found = units(record, overrides)
+    folder = results_root() / "runs" if found else None
+    return [(unit, read_entry(folder, unit)) for unit in found]
