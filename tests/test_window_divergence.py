@@ -84,3 +84,24 @@ def _repo_runs():
     from gradalign.environment import project_root
 
     return project_root() / "results" / "runs"
+
+
+def test_a_one_worker_window_skips_a_study_unit_kept_as_diverged_and_trains_the_rest(tmp_path, monkeypatch):
+    """An earlier window saw one of the tuning's runs diverge: a one-worker window trains the study's other runs (as
+    the pool path does), lists that one as diverged before, and leaves the assembly to where the divergence is kept."""
+    from gradalign.compute.gpu_window import gpu_window
+    from gradalign.store.atomic import content_digest
+
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "gpu" / "results"))
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "gpu" / "cache"))
+    monkeypatch.setenv("GRADALIGN_THREADS", "1")
+    units = units_of("lga.tune", get("lga.tune").resolve("smoke"))
+    report = {"began": "2026-11-29T00:00:00", "units": [unit_row("lga.tune", "smoke", units[0], status="diverged: x")]}
+    write_json_atomically(
+        tmp_path / "gpu" / "results" / "windows" / "w.json", {**report, "digest": content_digest(report)}
+    )
+    window = gpu_window(5, tmp_path / "out", (("lga.tune", "smoke", {}),), device="cpu", bench=False, echo=print)
+    status = {u["key"]: u["status"] for u in window.units if "key" in u}
+    assert status[units[0].key] == "diverged in an earlier window"
+    assert all(status[u.key] == "finished" for u in units[1:])
+    assert window.left == ["lga.tune [smoke] (1 unit(s) diverged)"] and not window.records

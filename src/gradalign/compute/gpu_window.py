@@ -42,6 +42,7 @@ from typing import Callable
 from gradalign.store.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
 from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item
+from gradalign.experiments.diverged_runs import STUDIES
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 from gradalign.compute.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued, runs_only
@@ -221,13 +222,18 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
     for index, (element_id, preset, overrides) in enumerate(backlog):
         cfg = get(element_id).resolve(preset, overrides)
         try:
+            skipped = 0  # a study's units kept as diverged: the study ranks them; the rest still train
             if element_id in UNITS:
                 for unit in units_of(element_id, cfg):
                     if not _box_open():
                         raise TimeBoxSpent(f"the window's time box closed before {unit.label}")
                     stopped = left_diverged(unit, diverged)
                     if stopped and read_entry(store.root / "runs", unit) is None:
-                        raise DivergenceError(f"{unit.label} diverged in an earlier window (not trained again)")
+                        if element_id not in STUDIES:
+                            raise DivergenceError(f"{unit.label} diverged in an earlier window (not trained again)")
+                        window.units.append(unit_row(element_id, preset, unit, status="diverged in an earlier window"))
+                        skipped += 1
+                        continue
                     start, there = time.monotonic(), read_entry(store.root / "runs", unit) is not None
                     try:
                         with committed_runs(store.root / "runs", write=True):
@@ -245,6 +251,9 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                         unit_row(element_id, preset, unit, seconds=seconds, hardware=hardware, status=status, **extra)
                     )
                     writer.write()
+            if skipped:  # assembled where the divergences are kept (`gradalign import`), as the pool path leaves it
+                window.left.append(f"{element_id} [{preset}] ({skipped} unit(s) diverged)")
+                continue
             if runs_only(element_id, preset, overrides):
                 continue  # a pilot's or a budget check's runs: read by a page or a precondition, no record
             start = time.monotonic()
