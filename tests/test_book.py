@@ -47,6 +47,34 @@ def test_book_static_fails_the_build_naming_the_install_when_mathjax_is_missing(
         book_static.setup(None)
 
 
+def test_a_change_to_mathjaxs_configuration_rewrites_every_page(monkeypatch):
+    """MathJax's configuration is set once the HTML builder hashed the configuration (`configure`, builder-inited),
+    so the extension registers it again as an "html" value: a changed value makes Sphinx write every page anew."""
+    from gradalign.book import static as book_static
+
+    class App:
+        def __init__(self):
+            self.values = {}
+
+        def add_config_value(self, name, default, rebuild):
+            self.values[name] = (default, rebuild)
+
+        def connect(self, *args, **kwargs): ...
+
+        def add_css_file(self, *args, **kwargs): ...
+
+        def add_js_file(self, *args, **kwargs): ...
+
+    def html_values():
+        app = App()
+        book_static.setup(app)
+        return {name: default for name, (default, rebuild) in app.values.items() if rebuild == "html"}
+
+    before = html_values()
+    monkeypatch.setattr(book_static, "MATHJAX2", {**book_static.MATHJAX2, "messageStyle": "normal"})
+    assert before and html_values() != before
+
+
 def test_book_builds_and_second_build_executes_nothing(built):
     out, first, second = built
     notebooks = [f for f in toc_files(project_root()) if f.startswith("notebooks/")]

@@ -11,6 +11,7 @@ and points `mathjax_path` there. MathJax 2 then needs a configuration of its own
   (Sphinx would emit it as `window.MathJax = ...`, which v2 reads as its own configuration).
 - Sphinx writes math as `\\(..\\)` and `\\[..\\]`; those are the only delimiters, so a `$` in text stays a `$`.
 - the wheel ships the STIX-Web web fonts only (no TeX fonts, no image fonts): `HTML-CSS.webFont`.
+- the fast preview (a rough typesetting shown first, then replaced) is off: the final formulas come sooner.
 
 It also adds the book's own style sheet (`BOOK_CSS`: display math, tables and figures that stay readable in
 a 390 px phone column), its own script (`gradalign.book.script`: working sidebar buttons, numbers kept whole in
@@ -21,6 +22,7 @@ the code* page (`CODE_PAGE`).
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 from sphinx.errors import ExtensionError
@@ -40,6 +42,10 @@ MATHJAX2 = {
     },
     "HTML-CSS": {"availableFonts": [], "preferredFont": None, "webFont": "STIX-Web", "imageFont": None},
     "messageStyle": "none",
+    # no quick preview typeset first and then typeset again: the formulas reach their final form about a third
+    # sooner (sgr/01, 282 formulas: 11.1 s -> 7.5 s in headless Chromium on two cores)
+    "fast-preview": {"disabled": True},
+    "menuSettings": {"CHTMLpreview": False},
 }
 
 
@@ -207,6 +213,9 @@ def code_button(app, pagename, templatename, context, doctree) -> None:
 
 def setup(app):
     mathjax_dir()  # fail at once, not after the whole build
+    # `configure` sets MathJax's configuration after the HTML builder hashed the configuration for its build info, so
+    # a change to `MATHJAX2` alone would leave the pages built before it as they were: this value carries it there
+    app.add_config_value("gradalign_mathjax", json.dumps([CONFIG, MATHJAX2], sort_keys=True), "html")
     app.connect("builder-inited", configure, priority=900)
     app.connect("build-finished", copy_mathjax)
     app.connect("html-page-context", code_button, priority=510)
