@@ -207,6 +207,52 @@ def test_todays_canary_is_kept_beside_the_records_and_read_only_for_its_own_id_a
     assert todays_canary("lga.prop1", behaviour) == digest  # another id's entry is not read: the canary ran again
 
 
+def test_a_canary_is_compared_with_one_of_the_records_cpu_kind_where_it_can_be(smoke_record):
+    """Seeded CPU runs differ across kinds of CPU: a kept canary of another kind than the record's is passed over
+    where this machine is of the record's kind (the canary runs here, and the kept one stays); where no canary of
+    the record's kind can be had, a differing digest says that the CPUs differ."""
+    import json
+
+    from gradalign.records.canary import _cache_path, code_status, cpu_kind
+    from gradalign.store.fingerprint import behaviour_fingerprint
+
+    here = cpu_kind()
+    record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
+    record["provenance"]["canary"] = {**record["provenance"]["canary"], "cpu": here}
+    path = _cache_path("lga.prop1", behaviour_fingerprint("gradalign.experiments.lga.linear"))
+    other = {
+        "id": "lga.prop1",
+        "digests": {"1": "0" * 16, "2": "0" * 16},
+        "torch": record["provenance"]["canary"]["torch"],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**other, "cpu": "OTHER"}))
+    assert code_status(record)["state"] == "current by canary"  # ran here, on the record's kind
+    assert json.loads(path.read_text())["cpu"] == "OTHER"  # the kept canary stays, for its own kind
+    stale = code_status(record, run=False)  # not to run here: the other kind's canary is all there is
+    assert stale["state"] == "stale" and "on an OTHER CPU and the record's on an " + here in stale["why"]
+    path.write_text(json.dumps(other))  # a kept canary that names no kind: compared as it is
+    assert code_status(record)["why"] == "smoke canary differs"
+
+
+def test_stamp_gives_a_current_record_its_canary_with_the_cpu_kind_it_ran_on(tmp_path, monkeypatch):
+    import json
+
+    from gradalign.records.canary import cpu_kind, stamp
+    from gradalign.records.results import ResultStore
+    from gradalign.records.runner import run
+
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
+    store = ResultStore(tmp_path / "results")
+    run("lga.prop1", "smoke", store=store, device="cpu", force=True)
+    (path,) = store.root.glob("lga/*/*.json")
+    lines: list[str] = []
+    assert stamp(store, echo=lines.append, force=True)["stamped"] == 1 and lines
+    canary = json.loads(path.read_text())["provenance"]["canary"]
+    assert canary["cpu"] == cpu_kind() and canary["preset"] == "smoke" and len(canary["digest"]) == 16
+
+
 def test_a_changed_record_without_todays_canary_is_listed_until_the_canary_is_kept(smoke_record):
     """`missing_canaries`, fed a record whose code changed: listed while today's canary is not kept, not once it is;
     a current record is never listed (it needs no canary)."""

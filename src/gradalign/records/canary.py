@@ -16,7 +16,12 @@ different one, or no canary to compare, makes it *stale*.
 What a canary cannot see: a code path that only a larger preset takes (a branch on the number of epochs, the
 GPU path, a half-budget check that smoke does not assemble), and a change whose effect at smoke rounds away.
 A canary is compared only where it was computed under the same torch version (another torch can round
-differently, so the record is then stale, conservatively). Timing metrics (seconds, memory) are left out of
+differently, so the record is then stale, conservatively). Nor is seeded CPU training bit-identical across kinds of
+CPU: torch dispatches other kernels by the CPU's instruction set (`cpu_kind`: AVX2, AVX512, ...), and on
+2026-11-28 15 canaries run on an AVX2 EPYC differed from the AVX512 ones of the same code. So a canary names its
+CPU kind (the record's, and each kept one); a kept canary of another kind than the record's is not used where
+this machine is of the record's kind (the canary runs here instead), and a digest that differs across kinds
+leaves the record stale with that said, never blamed on the code alone. Timing metrics (seconds, memory) are left out of
 the digest; a canary whose two runs disagree even so is not stored (`stamp`), and its record cannot be
 cleared by a canary.
 """
@@ -110,6 +115,13 @@ def _torch_version() -> str:
     return torch.__version__
 
 
+def cpu_kind() -> str:
+    """The instruction set torch's CPU kernels dispatch on here ("AVX2", "AVX512", "DEFAULT", ...)."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def _module(element_id: str) -> str:
     from gradalign.experiments import get
 
@@ -131,20 +143,33 @@ def todays_canary(
 ) -> str | None:
     """Today's canary digest for `element_id` in format `fmt`, from the cache when today's behaviour ran it; else
     run here, or None where `run` is False (a missing or unreadable kept canary)."""
+    return _todays(element_id, behaviour, fmt, run)[0]
+
+
+def _todays(
+    element_id: str, behaviour: dict[str, str] | None, fmt: int, run: bool, kind: str | None = None
+) -> tuple[str | None, str | None]:
+    """`todays_canary` with the CPU kind it ran on (None: a kept canary that does not name one). `kind`: the CPU
+    kind the caller compares with; a kept canary of another kind is then passed over where this machine is of that
+    kind and may run it (the run is not kept: the kept one stays, for its own kind)."""
     behaviour = behaviour if behaviour is not None else behaviour_fingerprint(_module(element_id))
     path = _cache_path(element_id, behaviour)
+    here = cpu_kind()
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         entry = json.loads(path.read_text())
         cached = entry["digests"][str(fmt)]
         if entry["id"] == element_id and entry["torch"] == _torch_version() and isinstance(cached, str):
-            return cached
+            kept_kind = entry.get("cpu")
+            if not (run and kind and kept_kind and kept_kind != kind == here):
+                return cached, kept_kind
+            return run_canary(element_id)[fmt], here
     if not run:
-        return None
+        return None, None
     digests = run_canary(element_id)
     with contextlib.suppress(OSError):
         stored = {str(f): d for f, d in digests.items()}
-        write_json_atomically(path, {"id": element_id, "digests": stored, "torch": _torch_version()})
-    return digests[fmt]
+        write_json_atomically(path, {"id": element_id, "digests": stored, "torch": _torch_version(), "cpu": here})
+    return digests[fmt], here
 
 
 def _named(name: str, places: list[str]) -> str:
@@ -188,11 +213,18 @@ def code_status(record: dict, run: bool = True) -> dict | None:
     fmt = canary.get("format", 1)
     if fmt not in FORMATS:
         return {"state": "stale", "changed": changed, "why": f"its canary has an unknown format {fmt!r}"}
-    today = todays_canary(record["id"], behaviour, fmt, run=run)
+    kind = canary.get("cpu")
+    today, today_kind = _todays(record["id"], behaviour, fmt, run, kind)
     if today is None:  # not kept (or unreadable) and not to be run here
         return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
     if today == canary["digest"]:
         return {"state": "current by canary", "changed": changed, "why": "smoke canary identical"}
+    if kind and today_kind and kind != today_kind:
+        why = (
+            f"smoke canary differs, but today's ran on an {today_kind} CPU and the record's on an {kind} one, "
+            f"which round differently: run `gradalign stale` on an {kind} CPU to tell the code from the CPU"
+        )
+        return {"state": "stale", "changed": changed, "why": why}
     return {"state": "stale", "changed": changed, "why": "smoke canary differs"}
 
 
@@ -259,6 +291,7 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
                 "torch": _torch_version(),
                 "preset": "smoke",
                 "threads": 1,
+                "cpu": cpu_kind(),
             }
         record["stamped"] = {
             "date": _dt.date.today().isoformat(),
