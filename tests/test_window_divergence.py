@@ -86,16 +86,28 @@ def _repo_runs():
     return project_root() / "results" / "runs"
 
 
+def _diverge(checkpoint):
+    from gradalign.errors import DivergenceError
+
+    raise DivergenceError("simulated: the loss became NaN at step 3")
+
+
 def test_a_one_worker_window_skips_a_study_unit_kept_as_diverged_and_trains_the_rest(tmp_path, monkeypatch):
-    """An earlier window saw one of the tuning's runs diverge: a one-worker window trains the study's other runs (as
-    the pool path does), lists that one as diverged before, and leaves the assembly to where the divergence is kept."""
+    """An earlier window saw one of the tuning's runs diverge, and another diverges in this one: a one-worker window
+    trains the study's other runs (as the pool path does), reports each divergence once, on the unit's own row, and
+    leaves the assembly to where the divergences are kept."""
+    from dataclasses import replace
+
     from gradalign.compute.gpu_window import gpu_window
+    from gradalign.experiments import units as units_module
     from gradalign.store.atomic import content_digest
 
     monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "gpu" / "results"))
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "gpu" / "cache"))
     monkeypatch.setenv("GRADALIGN_THREADS", "1")
     units = units_of("lga.tune", get("lga.tune").resolve("smoke"))
+    units[1] = replace(units[1], compute=_diverge)
+    monkeypatch.setattr(units_module, "units_of", lambda element_id, cfg: list(units))
     report = {"began": "2026-11-29T00:00:00", "units": [unit_row("lga.tune", "smoke", units[0], status="diverged: x")]}
     write_json_atomically(
         tmp_path / "gpu" / "results" / "windows" / "w.json", {**report, "digest": content_digest(report)}
@@ -103,5 +115,7 @@ def test_a_one_worker_window_skips_a_study_unit_kept_as_diverged_and_trains_the_
     window = gpu_window(5, tmp_path / "out", (("lga.tune", "smoke", {}),), device="cpu", bench=False, echo=print)
     status = {u["key"]: u["status"] for u in window.units if "key" in u}
     assert status[units[0].key] == "diverged in an earlier window"
-    assert all(status[u.key] == "finished" for u in units[1:])
-    assert window.left == ["lga.tune [smoke] (1 unit(s) diverged)"] and not window.records
+    assert status[units[1].key].startswith("diverged: simulated") and window.units[1]["git_commit"]
+    assert sum(u["status"].startswith("diverged") for u in window.units) == 2  # each once, on its unit's row
+    assert all(status[u.key] == "finished" for u in units[2:])
+    assert window.left == ["lga.tune [smoke] (2 unit(s) diverged)"] and not window.records

@@ -12,10 +12,10 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
    entry is committed to the checkout's `results/runs/` (`run_unit`), and once an experiment's units are all there its
    record is assembled (`runner.run`; a pilot's or a budget check's runs make no record). A unit the box stops keeps its
    checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried in the
-   checkout) are read, not trained: a window continues where the last one stopped. A unit an earlier window reported
-   diverged (`gpu_import.diverged_before`) is not trained again: its experiment is left for a sitting to assemble (Table
-   4 reads a divergence as a result) or for a decision (most experiments stop on one). The exception is a
-   local-BP table's run, whose divergence is now its result (`gpu_import.retried`): it trains again.
+   checkout) are read, not trained: a window continues where the last one stopped. A unit that diverges (here, or in
+   an earlier window: `gpu_import.diverged_before`) is reported once, on its own row, and not trained again: a study's
+   other units still train (the study ranks it); another experiment is left for a sitting to assemble or decide. The
+   exception is a local-BP table's run, whose divergence is now its result (`gpu_import.retried`): it trains again.
 
 For the whole window GPU utilisation and memory are sampled once a second (`gpu_sampler`: nvidia-smi, else torch,
 else the report says why not), with the phases marked (bench, training); each unit's throughput comes from its run
@@ -46,15 +46,9 @@ from gradalign.experiments.diverged_runs import STUDIES
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 from gradalign.compute.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued, runs_only
-from gradalign.compute.window_pool import diverged_fields, unit_row
-from gradalign.compute.gpu_import import (
-    BENCH_FILE,
-    RECORDS_FILE,
-    RUNS_PREFIX,
-    WINDOW_FILE,
-    diverged_before,
-    left_diverged,
-)
+from gradalign.compute.window_pool import UnitDiverged, diverged_fields, unit_row
+from gradalign.compute.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE
+from gradalign.compute.gpu_import import diverged_before, left_diverged
 from gradalign.compute.window_carry import CARRY_FILES
 from gradalign.compute.window_measure import bench_slot, cuda_tests, throughput_by_kind, unit_throughput
 
@@ -242,7 +236,12 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                     except DivergenceError as err:  # its row (kind, key) tells the next window and the import
                         seconds = round(time.monotonic() - start, 3)
                         window.units.append(unit_row(element_id, preset, unit, seconds=seconds, **diverged_fields(err)))
-                        raise
+                        writer.write()
+                        if element_id not in STUDIES:
+                            raise UnitDiverged(str(err)) from err  # reported once: on the unit's row
+                        diverged.add((unit.kind, unit.key))  # the study's result (kept by the import); the rest train
+                        skipped += 1
+                        continue
                     seconds = round(time.monotonic() - start, 3)
                     status = "committed before" if there else "finished"
                     rate = unit_throughput(unit.kind, unit.spec, value)
@@ -269,7 +268,8 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
             window.units.append({"element": element_id, "preset": preset, "status": f"refused: {err}"})
             writer.write()
         except DivergenceError as err:  # a run that diverged cannot complete its experiment: the next item
-            window.units.append({"element": element_id, "preset": preset, "status": f"diverged: {err}"})
+            if not isinstance(err, UnitDiverged):  # (a unit's is on its own row)
+                window.units.append({"element": element_id, "preset": preset, "status": f"diverged: {err}"})
             writer.write()
 
 

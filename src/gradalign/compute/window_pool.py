@@ -48,6 +48,10 @@ def unit_row(element_id: str, preset: str, unit, **fields) -> dict:
     return {"element": element_id, "preset": preset, "label": unit.label, "kind": unit.kind, "key": unit.key, **fields}
 
 
+class UnitDiverged(DivergenceError):
+    """A unit's divergence in a window, already reported on the unit's own row (not again on its element's)."""
+
+
 def diverged_fields(err: Exception) -> dict:
     """A diverged unit's row fields: its status, and the commit and hardware it diverged on, which the import keeps
     with the divergence where the unit is a study's (`gpu_import`, `diverged_runs.keep_diverged`)."""
