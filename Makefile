@@ -32,20 +32,21 @@ lab: setup data
 setup: $(STAMP)
 
 # uv installs the pinned requirements in 40 s where pip takes about two minutes (most of CI's set-up). uv does not
-# read pip's configuration, so pip's find-links (where a machine keeps wheels of its own, such as a CPU torch) are
-# passed on; the pins are exact, so the two resolve the same versions. --compile-bytecode, as pip does: where
-# PYTHONDONTWRITEBYTECODE is set (as on the CI machine) nothing else writes it, and every process (pytest's workers,
-# each notebook's kernel, each sweep job) then compiles torch from source: a 3x slower start and first steps.
-FIND_LINKS := $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-UV_INSTALL := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
-              $(addprefix --find-links ,$(FIND_LINKS))
+# read pip's configuration: pip's find-links (where a machine keeps wheels of its own, such as a CPU torch; from
+# PIP_FIND_LINKS or `pip config`) are passed on, and where uv cannot install at all (a private index it does not
+# know, no uv wheel), pip does it instead. --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is set (as
+# on the CI machine) nothing else writes it, and every process (pytest's workers, each notebook's kernel, each sweep
+# job) then compiles torch from source: a 3x slower start and first steps.
+FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+INSTALL = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
+          $(addprefix --find-links ,$(FIND_LINKS)) $(1) || $(BIN)/pip install --quiet $(1)
 
 $(STAMP): requirements.txt requirements-static.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet uv==0.13.9
-	$(UV_INSTALL) -r requirements.txt
-	$(UV_INSTALL) --no-deps -r requirements-static.txt  # MathJax for the offline book
-	$(UV_INSTALL) --no-deps -e .
+	$(BIN)/pip install --quiet uv==0.13.9 || echo "make: uv not installed; pip installs instead"
+	$(call INSTALL,-r requirements.txt)
+	$(call INSTALL,--no-deps -r requirements-static.txt)  # MathJax for the offline book
+	$(call INSTALL,--no-deps -e .)
 	rm -f $(VENV)/.installed-* && touch $@
 
 # Fashion-MNIST: the Debian package where we may install it, else the user's copy ($GRADALIGN_DATA). Once its four

@@ -166,6 +166,7 @@ def test_a_diverging_unit_is_reported_and_the_window_goes_on(tmp_path, monkeypat
     assert statuses[0].startswith("diverged: ") and "step" in statuses[0]
     assert window.units[0]["key"] and window.units[0]["git_commit"] and window.units[0]["hardware"]  # the unit's row
     assert sum(s.startswith("diverged") for s in statuses) == 1  # reported once: not again on the element's row
+    assert "sgr.fig2 [cpu] (1 unit(s) diverged)" in window.left  # as the pool path leaves it
     assert window.records and window.records[0].startswith("sgr.fig2 [cpu]") and not window.stopped
 
 

@@ -45,7 +45,7 @@ MATHJAX2 = {
     # no quick preview typeset first and then typeset again: the formulas reach their final form about a third
     # sooner (sgr/01, 282 formulas: 11.1 s -> 7.5 s in headless Chromium on two cores)
     "fast-preview": {"disabled": True},
-    "menuSettings": {"CHTMLpreview": False},
+    "menuSettings": {"FastPreview": False},
 }
 
 

@@ -12,10 +12,9 @@ files of at most 16 MiB back) is one command, run in a checkout that carries the
    entry is committed to the checkout's `results/runs/` (`run_unit`), and once an experiment's units are all there its
    record is assembled (`runner.run`; a pilot's or a budget check's runs make no record). A unit the box stops keeps its
    checkpoint in the run cache and is not committed. Units already committed (by an earlier window, carried in the
-   checkout) are read, not trained: a window continues where the last one stopped. A unit that diverges (here, or in
-   an earlier window: `gpu_import.diverged_before`) is reported once, on its own row, and not trained again: a study's
-   other units still train (the study ranks it); another experiment is left for a sitting to assemble or decide. The
-   exception is a local-BP table's run, whose divergence is now its result (`gpu_import.retried`): it trains again.
+   checkout) are read, not trained: a window continues where the last one stopped. A unit that diverges (here, or
+   in an earlier window: `gpu_import.diverged_before`) is not trained again: a study's other units still train (it
+   ranks it), another experiment is left for a sitting (a local-BP table's run, `gpu_import.retried`, trains again).
 
 For the whole window GPU utilisation and memory are sampled once a second (`gpu_sampler`: nvidia-smi, else torch,
 else the report says why not), with the phases marked (bench, training); each unit's throughput comes from its run
@@ -80,10 +79,9 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
 machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then LGA's mechanism controls (α_w = 0,
 `experiments.lga.validity.CONTROL`: about 2.5 min each there), then the other elements' runs at half their
-budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales
-that the pilots chose (`pilots.RERUNS`) and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in
-`pilots.QUEUE`'s order, then
-the `cpu` presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
+budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales that the pilots chose (`pilots.RERUNS`)
+and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in `pilots.QUEUE`'s order, then the `cpu`
+presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
 then SGR's VGG-57 at 5 seeds in both readings (`experiments.sgr.deep_seeds`), then the `gpu` presets (Table 7
 without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after it; the meta-gradient
 Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
@@ -268,7 +266,9 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
             window.units.append({"element": element_id, "preset": preset, "status": f"refused: {err}"})
             writer.write()
         except DivergenceError as err:  # a run that diverged cannot complete its experiment: the next item
-            if not isinstance(err, UnitDiverged):  # (a unit's is on its own row)
+            if isinstance(err, UnitDiverged):  # its row is the unit's; left, as the pool path leaves it
+                window.left.append(f"{element_id} [{preset}] (1 unit(s) diverged)")
+            else:
                 window.units.append({"element": element_id, "preset": preset, "status": f"diverged: {err}"})
             writer.write()
 

@@ -116,7 +116,9 @@ def _torch_version() -> str:
 
 
 def cpu_kind() -> str:
-    """The instruction set torch's CPU kernels dispatch on here ("AVX2", "AVX512", "DEFAULT", ...)."""
+    """The instruction set torch's own CPU kernels dispatch on here ("AVX2", "AVX512", "DEFAULT", ...). MKL and
+    oneDNN choose their kernels by CPU too (vendor, model), so two CPUs of one kind can still round differently:
+    a like-for-like comparison is necessary for a canary to decide, not always enough."""
     import torch
 
     return torch.backends.cpu.get_cpu_capability()
@@ -149,27 +151,37 @@ def todays_canary(
 def _todays(
     element_id: str, behaviour: dict[str, str] | None, fmt: int, run: bool, kind: str | None = None
 ) -> tuple[str | None, str | None]:
-    """`todays_canary` with the CPU kind it ran on (None: a kept canary that does not name one). `kind`: the CPU
-    kind the caller compares with; a kept canary of another kind is then passed over where this machine is of that
-    kind and may run it (the run is not kept: the kept one stays, for its own kind)."""
+    """`todays_canary` with the CPU kind it ran on (None: a kept canary that names none). `kind`: the CPU kind of
+    the canary the caller compares with. A kept entry holds one canary per CPU kind it ran on (`cpu`, `digests`: the
+    first; `by_cpu`: the others): one of `kind` is used wherever this is; where none is kept, this machine is of
+    `kind` and may run it, the canary runs here and is kept beside the others; else the first kind's is returned."""
     behaviour = behaviour if behaviour is not None else behaviour_fingerprint(_module(element_id))
     path = _cache_path(element_id, behaviour)
+    entry, by_kind = None, {}
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        read = json.loads(path.read_text())
+        if (
+            read["id"] == element_id
+            and read["torch"] == _torch_version()
+            and isinstance(read["digests"][str(fmt)], str)
+        ):
+            entry, by_kind = read, {**read.get("by_cpu", {}), read.get("cpu"): read["digests"]}
+    cached = by_kind.get(kind) if kind else None
+    if isinstance(cached, dict) and isinstance(cached.get(str(fmt)), str):
+        return cached[str(fmt)], kind
     here = cpu_kind()
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        entry = json.loads(path.read_text())
-        cached = entry["digests"][str(fmt)]
-        if entry["id"] == element_id and entry["torch"] == _torch_version() and isinstance(cached, str):
-            kept_kind = entry.get("cpu")
-            if not (run and kind and kept_kind and kept_kind != kind == here):
-                return cached, kept_kind
-            return run_canary(element_id)[fmt], here
+    if entry is not None and not (run and kind == here and None not in by_kind):
+        return entry["digests"][str(fmt)], entry.get("cpu")
     if not run:
         return None, None
-    digests = run_canary(element_id)
+    digests = {str(f): d for f, d in run_canary(element_id).items()}
+    if entry is None:
+        entry = {"id": element_id, "digests": digests, "torch": _torch_version(), "cpu": here}
+    else:
+        entry = {**entry, "by_cpu": {**entry.get("by_cpu", {}), here: digests}}
     with contextlib.suppress(OSError):
-        stored = {str(f): d for f, d in digests.items()}
-        write_json_atomically(path, {"id": element_id, "digests": stored, "torch": _torch_version(), "cpu": here})
-    return digests[fmt], here
+        write_json_atomically(path, entry)
+    return digests[str(fmt)], here
 
 
 def _named(name: str, places: list[str]) -> str:
@@ -221,8 +233,8 @@ def code_status(record: dict, run: bool = True) -> dict | None:
         return {"state": "current by canary", "changed": changed, "why": "smoke canary identical"}
     if kind and today_kind and kind != today_kind:
         why = (
-            f"smoke canary differs, but today's ran on an {today_kind} CPU and the record's on an {kind} one, "
-            f"which round differently: run `gradalign stale` on an {kind} CPU to tell the code from the CPU"
+            f"smoke canary differs, but today's ran on a CPU of kind {today_kind} and the record's on one of kind "
+            f"{kind}, which round differently: run `gradalign stale` on a {kind} CPU to tell the code from the CPU"
         )
         return {"state": "stale", "changed": changed, "why": why}
     return {"state": "stale", "changed": changed, "why": "smoke canary differs"}
