@@ -320,8 +320,8 @@ def test_every_committed_record_reads_a_committed_canary_of_todays_code():
     needed = {
         str(_cache_path(r["id"], behaviour_fingerprint(_module(r["id"]))).relative_to(root))
         for r in records
-        if str((code_status(r, run=False) or {}).get("why", "")).startswith("smoke canary")
-        and (code_status(r, run=False) or {}).get("why") != "smoke canary not run on today's code"
+        if (why := str((code_status(r, run=False) or {}).get("why", ""))).startswith("smoke canary")
+        and why != "smoke canary not run on today's code"
     }
     assert sorted(needed - tracked) == [], how  # kept, but written by this run (the report tests), not committed
 

@@ -234,9 +234,9 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                     except DivergenceError as err:  # its row (kind, key) tells the next window and the import
                         seconds = round(time.monotonic() - start, 3)
                         window.units.append(unit_row(element_id, preset, unit, seconds=seconds, **diverged_fields(err)))
-                        writer.write()
                         if element_id not in STUDIES:
                             raise UnitDiverged(str(err)) from err  # reported once: on the unit's row
+                        writer.write()
                         diverged.add((unit.kind, unit.key))  # the study's result (kept by the import); the rest train
                         skipped += 1
                         continue

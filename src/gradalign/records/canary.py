@@ -16,13 +16,13 @@ different one, or no canary to compare, makes it *stale*.
 What a canary cannot see: a code path that only a larger preset takes (a branch on the number of epochs, the
 GPU path, a half-budget check that smoke does not assemble), and a change whose effect at smoke rounds away.
 A canary is compared only where it was computed under the same torch version (another torch can round
-differently, so the record is then stale, conservatively). Nor is seeded CPU training bit-identical across kinds of
-CPU: torch dispatches other kernels by the CPU's instruction set (`cpu_kind`: AVX2, AVX512, ...), and on
+differently, so the record is then stale, conservatively). Nor is seeded CPU training bit-identical across kinds
+of CPU: torch dispatches other kernels by the CPU's instruction set (`cpu_kind`: AVX2, AVX512, ...), and on
 2026-11-28 15 canaries run on an AVX2 EPYC differed from the AVX512 ones of the same code. So a canary names its
-CPU kind (the record's, and each kept one); a kept canary of another kind than the record's is not used where
-this machine is of the record's kind (the canary runs here instead), and a digest that differs across kinds
-leaves the record stale with that said, never blamed on the code alone. Timing metrics (seconds, memory) are left out of
-the digest; a canary whose two runs disagree even so is not stored (`stamp`), and its record cannot be
+CPU kind (the record's, and each kept one); a kept canary of the record's kind is used where there is one, a
+machine of that kind runs and keeps one where there is none (`_todays`), and a digest that differs across kinds
+leaves the record stale with that said, never blamed on the code alone. Timing metrics (seconds, memory) are left
+out of the digest; a canary whose two runs disagree even so is not stored (`stamp`), and its record cannot be
 cleared by a canary.
 """
 
