@@ -8,6 +8,10 @@ FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 FMNIST_RAW := $(addprefix data/FashionMNIST/raw/,train-images-idx3-ubyte train-labels-idx1-ubyte \
               t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
 export GRADALIGN_THREADS ?= 2
+# Python caches the bytecode of the modules it imports (in .venv and src), also where the machine sets
+# PYTHONDONTWRITEBYTECODE: else every process, each worker, kernel and sweep job, compiles torch from source
+# (importing it took 4.8 s instead of 2.0 s, and a 50-step CNN loop 7.0 s instead of 2.4 s, on 2026-11-28).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: book test setup data browser lab clean
 
@@ -16,14 +20,14 @@ book: setup data
 	$(BIN)/gradalign book --preset $(or $(PRESET),auto)
 
 # nbval executes every notebook once, cell by cell, at the smoke preset, against a temporary result store and run
-# cache (conftest.py); the suite's book build (tests/conftest.py `built`) renders nbval's executed copies. Two
-# pytest-xdist workers of one thread each: one runs the notebooks and then the tests that read the book (the
-# "book" scope, conftest.py), the other the rest of the suite meanwhile.
+# cache (conftest.py); the suite's book build (tests/conftest.py `built`) renders nbval's executed copies. Three
+# pytest-xdist workers of one thread each on two cores (a worker waiting on a browser, a kernel or a subprocess
+# leaves its core to another): the notebooks are spread over all three first, then one worker runs the tests that
+# read the book (the "book" scope, conftest.py) while the others run the rest of the suite.
 test: setup data browser
 	$(BIN)/ruff check src tests notebooks conftest.py
 	$(BIN)/ruff format --check src tests notebooks conftest.py
-	$(BIN)/python -m compileall -q src  # its bytecode once, not in every process (PYTHONDONTWRITEBYTECODE)
-	GRADALIGN_THREADS=1 $(BIN)/python -m pytest -q -n 2 --nbval-lax --nbval-current-env notebooks tests
+	GRADALIGN_THREADS=1 $(BIN)/python -m pytest -q -n 3 --nbval-lax --nbval-current-env notebooks tests
 
 # The notebooks in a live JupyterLab, with the project's kernel (.venv); the sliders work there.
 lab: setup data
@@ -31,14 +35,14 @@ lab: setup data
 
 setup: $(STAMP)
 
-# uv installs the pinned requirements in 40 s where pip takes about two minutes (most of CI's set-up). uv does not
-# read pip's configuration: pip's find-links (where a machine keeps wheels of its own, such as a CPU torch; from
-# PIP_FIND_LINKS or `pip config`) are passed on, and where uv cannot install at all (a private index it does not
-# know, no uv wheel), pip does it instead. --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE is set (as
-# on the CI machine) nothing else writes it, and every process (pytest's workers, each notebook's kernel, each sweep
-# job) then compiles torch from source: a 3x slower start and first steps.
+# uv installs the pinned requirements in 3 s from its cache, where pip takes about two minutes (most of CI's
+# set-up). uv does not read pip's configuration: pip's find-links (where a machine keeps wheels of its own, such as
+# a CPU torch; from PIP_FIND_LINKS or `pip config`) are passed on, and where uv cannot install at all (a private
+# index it does not know, no uv wheel), pip does it instead. No bytecode is compiled at install (41 s more, for
+# torch's thousands of files, on 2026-11-29): the recipes here let Python write the bytecode of what it imports,
+# once (`unexport PYTHONDONTWRITEBYTECODE` above), where a machine (as CI's) sets it.
 FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-INSTALL = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
+INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python \
           $(addprefix --find-links ,$(FIND_LINKS)) $(1) || $(BIN)/pip install --quiet $(1)
 
 $(STAMP): requirements.txt requirements-static.txt pyproject.toml

@@ -7,6 +7,11 @@ live widgets) on one thread. nbval reads the notebooks and never writes them; th
 each cell are written, once every cell of a notebook passed, to an executed copy in that folder
 (`nbval_run` below). The suite's book build (tests/conftest.py `built`) renders those copies instead of
 executing every notebook a second time (`gradalign.book.build.build_book(executed=...)`).
+
+Under pytest-xdist (`make test`: three workers) the folder is one for the whole session: the controller makes it
+and hands it to each worker (`pytest_configure_node`). Each notebook is a scope of its own, so the notebooks run
+on every worker at once; the tests that read the book wait in `nbval_run` until every collected notebook has its
+copy, or a mark that it failed (`pytest_xdist_make_scheduler` says why that wait always ends).
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-_RUN: dict = {}  # dir, preset, failed (notebook paths), copies (entry -> executed copy)
+_RUN: dict = {}  # dir, owner (made it: removes it), preset, failed (notebook paths), expected (entries collected)
+FOLDER_KEY = "gradalign_nbval_dir"  # the controller's folder, in each xdist worker's workerinput
+WAIT_S = 1800.0  # how long the book's readers wait for the other workers' notebooks (our choice; a guard only)
 
 
 def _nbval_on(config) -> bool:
@@ -32,14 +41,41 @@ def _is_cell(item) -> bool:
 
 def pytest_configure(config):
     if _nbval_on(config):
-        folder = Path(tempfile.mkdtemp(prefix="gradalign-nbval-"))
-        _RUN.update(dir=folder, preset=os.environ.get("GRADALIGN_PRESET") or "smoke", failed=set(), copies={})
+        given = getattr(config, "workerinput", {}).get(FOLDER_KEY)
+        folder = Path(given) if given else Path(tempfile.mkdtemp(prefix="gradalign-nbval-"))
+        preset = os.environ.get("GRADALIGN_PRESET") or "smoke"
+        _RUN.update(dir=folder, owner=not given, preset=preset, failed=set(), expected=set())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, on the controller: every worker's notebooks write to the controller's one folder."""
+    if _RUN:
+        node.workerinput[FOLDER_KEY] = str(_RUN["dir"])
 
 
 def pytest_unconfigure(config):
-    if _RUN.get("dir"):
+    if _RUN.get("dir") and _RUN["owner"]:
         shutil.rmtree(_RUN["dir"], ignore_errors=True)
-        _RUN.clear()
+    _RUN.clear()
+
+
+def entry_of(path: Path) -> str:
+    """A notebook's toc entry ("notebooks/lga/01_linear_regression")."""
+    return Path(path).resolve().relative_to(ROOT).with_suffix("").as_posix()
+
+
+def mark_failed(path: Path) -> None:
+    """Mark a notebook as run without a copy: the book's readers waiting in `nbval_run` stop waiting for it."""
+    mark = _RUN["dir"] / "failed" / entry_of(path)
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.touch()
+
+
+def pytest_collection_finish(session):
+    """The notebooks this session runs (after any deselection): the ones the book's readers wait for."""
+    if _RUN:
+        _RUN["expected"] = {entry_of(item.parent.path) for item in session.items if _is_cell(item)}
 
 
 def kernel_env() -> dict[str, str]:
@@ -85,6 +121,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if not report.passed:
         _RUN["failed"].add(item.parent.path)
+        mark_failed(item.parent.path)
         return
     item.cell.outputs = [nbformat.from_dict(dict(o)) for o in (item.test_outputs or [])]
     item.cell.execution_count = item.cell_num + 1
@@ -101,16 +138,17 @@ def pytest_runtest_teardown(item, nextitem):
     path, nb = item.parent.path, item.parent.nb
     code = [c for c in nb.cells if c.cell_type == "code"]
     if path in _RUN["failed"] or any(c.get("execution_count") is None for c in code):
+        mark_failed(path)  # no copy (a cell failed or was skipped): nothing to wait for
         return
-    entry = path.resolve().relative_to(ROOT).with_suffix("").as_posix()
-    target = _RUN["dir"] / "executed" / f"{entry}.ipynb"
+    target = _RUN["dir"] / "executed" / f"{entry_of(path)}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     from ipykernel.ipkernel import IPythonKernel  # the kernel nbval ran (--nbval-current-env): this interpreter's
 
     nb.metadata["language_info"] = dict(IPythonKernel.language_info)  # as papermill records the kernel's
     nb.metadata["gradalign"] = {"executed_by": "nbval", "parameters": {"preset": _RUN["preset"]}}
-    nbformat.write(nb, target)
-    _RUN["copies"][entry] = target
+    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    nbformat.write(nb, partial)
+    os.replace(partial, target)  # whole, for a reader in another worker
 
 
 BOOK_FIXTURES = frozenset({"built", "book_html", "nbval_run"})
@@ -133,36 +171,74 @@ def book_readers_outside(items) -> list[str]:
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that reads the book must sit in a `BOOK_FILES` file: the two-worker scheduler below runs those files
-    after the notebooks, in the worker whose nbval made the executed copies the book is built from."""
+    """A test that reads the book must sit in a `BOOK_FILES` file: the scheduler below hands those files out after
+    every notebook, so that the book is built from every notebook's executed copy."""
     outside = book_readers_outside(items)
     if outside:
         raise pytest.UsageError(f"{outside[0]} reads the built book: add its file to conftest.py's BOOK_FILES")
 
 
 def book_scope(nodeid: str) -> str:
-    """A test's scope under pytest-xdist: "book" for the notebooks' cells and the `BOOK_FILES`, else its file."""
+    """A test's scope under pytest-xdist: "book" for the `BOOK_FILES`, else its file (each notebook is one)."""
     path = nodeid.split("::", 1)[0]
-    return "book" if path.startswith("notebooks/") or path in BOOK_FILES else path
+    return "book" if path in BOOK_FILES else path
+
+
+SLOW_FIRST = ("notebooks/sgr/02_local_bp.ipynb", "notebooks/isoloss/02_toy_dynamics.ipynb")
+"""The notebooks that take longest at smoke (81 and 37 s of 393 on 2026-11-29): started first, so that the last
+notebook to finish, which the book's readers wait for, is a short one."""
+
+
+def scope_rank(scope: str) -> tuple[int, int]:
+    """The order in which scopes are handed out: the notebooks (`SLOW_FIRST` first), then the book's readers, then
+    the other files (in pytest-xdist's order, most tests first)."""
+    if scope.startswith("notebooks/"):
+        return (0, SLOW_FIRST.index(scope) if scope in SLOW_FIRST else len(SLOW_FIRST))
+    return (1, 0) if scope == "book" else (2, 0)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs two workers (`pytest -n 2`): each file's tests go to one worker (its module fixtures are
-    built once), and the "book" scope (`book_scope`) goes whole to one worker, in collection order (`pytest
-    notebooks tests`: the notebooks first), so that nbval's executed copies and the book built from them are in one
-    process. The other worker runs the rest of the suite meanwhile."""
+    """`make test` runs three workers (`pytest -n 3`, on two cores: tests that wait on a browser, a kernel or a
+    subprocess leave a core to the third). Each file's tests go to one worker (its module fixtures are built once),
+    and so do the `BOOK_FILES` together (`book_scope`: they share the session's book build).
+
+    Every notebook is handed out before the book's readers (`scope_rank`), and a worker runs what it was handed in
+    order. So when the readers start on one worker, every notebook has started or finished on its worker, and
+    `nbval_run`'s wait for their copies ends when the slowest of those notebooks does."""
     from xdist.scheduler import LoadScopeScheduling
 
     class BookScheduling(LoadScopeScheduling):
+        ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return book_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if not self.ordered:  # the first hand-out: the queue is complete
+                self.workqueue = OrderedDict(sorted(self.workqueue.items(), key=lambda kv: scope_rank(kv[0])))
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return BookScheduling(config, log)
 
 
+def executed_copies(run: dict, wait_s: float = WAIT_S, poll_s: float = 0.5) -> dict[str, Path]:
+    """{entry: executed copy} of the session's notebooks, once each notebook collected (`run['expected']`) has its
+    copy or its failure mark, written by whichever worker ran it; after `wait_s` seconds, the copies there are."""
+    folder, deadline = run["dir"], time.monotonic() + wait_s
+    while True:
+        copies = {e: folder / "executed" / f"{e}.ipynb" for e in sorted(run["expected"])}
+        copies = {e: path for e, path in copies.items() if path.exists()}
+        waiting = [e for e in run["expected"] if e not in copies and not (folder / "failed" / e).exists()]
+        if not waiting or time.monotonic() > deadline:
+            return copies
+        time.sleep(poll_s)
+
+
 @pytest.fixture(scope="session")
 def nbval_run() -> dict | None:
-    """{'dir', 'preset', 'copies': {entry: executed copy}} when nbval ran the notebooks in this session, else None.
-    Request it after the notebooks' items (the suite's tests run after them: `pytest notebooks tests`)."""
-    return dict(_RUN) if _RUN else None
+    """{'dir', 'preset', 'copies': {entry: executed copy}} when nbval ran the notebooks in this session, else None;
+    it waits for the notebooks other workers run (`executed_copies`). Request it after the notebooks' items (the
+    suite's tests run after them: `pytest notebooks tests`)."""
+    return {**_RUN, "copies": executed_copies(_RUN)} if _RUN else None
