@@ -8,7 +8,7 @@ each cell are written, once every cell of a notebook passed, to an executed copy
 (`nbval_run` below). The suite's book build (tests/conftest.py `built`) renders those copies instead of
 executing every notebook a second time (`gradalign.book.build.build_book(executed=...)`).
 
-Under pytest-xdist (`make test`: three workers) the folder is one for the whole session: the controller makes it
+Under pytest-xdist (`make test`: two workers) the folder is one for the whole session: the controller makes it
 and hands it to each worker (`pytest_configure_node`). Each notebook is a scope of its own, so the notebooks run
 on every worker at once; the tests that read the book wait in `nbval_run` until every collected notebook has its
 copy, or a mark that it failed (`pytest_xdist_make_scheduler` says why that wait always ends).
@@ -199,9 +199,8 @@ def scope_rank(scope: str) -> tuple[int, int]:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs three workers (`pytest -n 3`, on two cores: tests that wait on a browser, a kernel or a
-    subprocess leave a core to the third). Each file's tests go to one worker (its module fixtures are built once),
-    and so do the `BOOK_FILES` together (`book_scope`: they share the session's book build).
+    """`make test` runs two workers (`pytest -n 2`). Each file's tests go to one worker (its module fixtures are
+    built once), and so do the `BOOK_FILES` together (`book_scope`: they share the session's book build).
 
     Every notebook is handed out before the book's readers (`scope_rank`), and a worker runs what it was handed in
     order. So when the readers start on one worker, every notebook has started or finished on its worker, and

@@ -195,7 +195,7 @@ def test_isoloss_table1_stops_in_the_box_and_resumes_to_the_uninterrupted_record
     from gradalign.experiments import EXPERIMENTS
 
     exp = EXPERIMENTS["isoloss.tab1"]
-    cfg = exp.resolve("smoke", {"epochs": [2]})
+    cfg = exp.resolve("smoke", {"epochs": [2], "train_subset": 256, "siamese.probe_iterations": 20})  # seconds
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "whole"))
     whole = exp.run(cfg, "cpu")
     monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "boxed"))
