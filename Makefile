@@ -8,9 +8,8 @@ FMNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 FMNIST_RAW := $(addprefix data/FashionMNIST/raw/,train-images-idx3-ubyte train-labels-idx1-ubyte \
               t10k-images-idx3-ubyte t10k-labels-idx1-ubyte)
 export GRADALIGN_THREADS ?= 2
-# Python caches the bytecode of the modules it imports (in .venv and src), also where the machine sets
-# PYTHONDONTWRITEBYTECODE: else every process, each worker, kernel and sweep job, compiles torch from source
-# (importing it took 4.8 s instead of 2.0 s, and a 50-step CNN loop 7.0 s instead of 2.4 s, on 2026-11-28).
+# Python caches the bytecode of what it imports and setup did not compile (src, tests: pytest's rewritten asserts),
+# also where the machine sets PYTHONDONTWRITEBYTECODE: once, not in every process (each worker, kernel, sweep job).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: book test setup data browser lab clean
@@ -35,14 +34,15 @@ lab: setup data
 
 setup: $(STAMP)
 
-# uv installs the pinned requirements in 3 s from its cache, where pip takes about two minutes (most of CI's
-# set-up). uv does not read pip's configuration: pip's find-links (where a machine keeps wheels of its own, such as
-# a CPU torch; from PIP_FIND_LINKS or `pip config`) are passed on, and where uv cannot install at all (a private
-# index it does not know, no uv wheel), pip does it instead. No bytecode is compiled at install (41 s more, for
-# torch's thousands of files, on 2026-11-29): the recipes here let Python write the bytecode of what it imports,
-# once (`unexport PYTHONDONTWRITEBYTECODE` above), where a machine (as CI's) sets it.
+# uv installs the pinned requirements in 40 s where pip takes about two minutes (most of CI's set-up). uv does not
+# read pip's configuration: pip's find-links (where a machine keeps wheels of its own, such as a CPU torch; from
+# PIP_FIND_LINKS or `pip config`) are passed on, and where uv cannot install at all (a private index it does not
+# know, no uv wheel), pip does it instead. --compile-bytecode, as pip does: 41 of those 44 s, but leaving it to the
+# processes that import the modules (PYTHONDONTWRITEBYTECODE unexported above) cost the suite as much (2026-11-29:
+# make test 893 s without, 886 s with), and outside make, where a machine sets PYTHONDONTWRITEBYTECODE, every
+# process would compile torch from source.
 FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
-INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python \
+INSTALL = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python \
           $(addprefix --find-links ,$(FIND_LINKS)) $(1) || $(BIN)/pip install --quiet $(1)
 
 $(STAMP): requirements.txt requirements-static.txt pyproject.toml

@@ -166,7 +166,7 @@ def test_a_diverging_unit_is_reported_and_the_window_goes_on(tmp_path, monkeypat
     assert statuses[0].startswith("diverged: ") and "step" in statuses[0]
     assert window.units[0]["key"] and window.units[0]["git_commit"] and window.units[0]["hardware"]  # the unit's row
     assert sum(s.startswith("diverged") for s in statuses) == 1  # reported once: not again on the element's row
-    assert "sgr.fig2 [cpu] (1 unit(s) diverged)" in window.left  # as the pool path leaves it
+    assert "sgr.fig2 [cpu] (1 unit diverged)" in window.left  # as the pool path leaves it
     assert window.records and window.records[0].startswith("sgr.fig2 [cpu]") and not window.stopped
 
 
@@ -419,7 +419,7 @@ def test_a_unit_an_earlier_window_saw_diverge_is_not_trained_again(tmp_path, mon
     second = gpu_window(5, tmp_path / "out2", backlog, device="cpu", bench=False, workers=2, echo=lambda _: None)
     statuses = [u["status"] for u in second.units]
     assert statuses.count("diverged in an earlier window") == 6 and not second.records
-    assert second.left == ["sgr.fig2 [cpu] (6 unit(s) diverged)"]
+    assert second.left == ["sgr.fig2 [cpu] (6 units diverged)"]
     serial = gpu_window(5, tmp_path / "out3", backlog, device="cpu", bench=False, echo=lambda _: None)
     assert serial.units[0]["status"].endswith("diverged in an earlier window (not trained again)")
     assert not any(u["status"] == "finished" for u in serial.units)

@@ -118,4 +118,12 @@ def test_a_one_worker_window_skips_a_study_unit_kept_as_diverged_and_trains_the_
     assert status[units[1].key].startswith("diverged: simulated") and window.units[1]["git_commit"]
     assert sum(u["status"].startswith("diverged") for u in window.units) == 2  # each once, on its unit's row
     assert all(status[u.key] == "finished" for u in units[2:])
-    assert window.left == ["lga.tune [smoke] (2 unit(s) diverged)"] and not window.records
+    assert window.left == ["lga.tune [smoke] (2 units diverged)"] and not window.records
+
+
+def test_a_left_item_names_its_diverged_units_in_words():
+    from gradalign.compute.window_pool import left_item
+
+    assert left_item("sgr.fig2", "cpu") == "sgr.fig2 [cpu]"
+    assert left_item("sgr.fig2", "cpu", 1) == "sgr.fig2 [cpu] (1 unit diverged)"
+    assert left_item("sgr.fig2", "cpu", 3) == "sgr.fig2 [cpu] (3 units diverged)"

@@ -45,7 +45,7 @@ from gradalign.experiments.diverged_runs import STUDIES
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 from gradalign.compute.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued, runs_only
-from gradalign.compute.window_pool import UnitDiverged, diverged_fields, unit_row
+from gradalign.compute.window_pool import UnitDiverged, diverged_fields, left_item, unit_row
 from gradalign.compute.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE
 from gradalign.compute.gpu_import import diverged_before, left_diverged
 from gradalign.compute.window_carry import CARRY_FILES
@@ -249,7 +249,7 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
                     )
                     writer.write()
             if skipped:  # assembled where the divergences are kept (`gradalign import`), as the pool path leaves it
-                window.left.append(f"{element_id} [{preset}] ({skipped} unit(s) diverged)")
+                window.left.append(left_item(element_id, preset, skipped))
                 continue
             if runs_only(element_id, preset, overrides):
                 continue  # a pilot's or a budget check's runs: read by a page or a precondition, no record
@@ -267,7 +267,7 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
             writer.write()
         except DivergenceError as err:  # a run that diverged cannot complete its experiment: the next item
             if isinstance(err, UnitDiverged):  # its row is the unit's; left, as the pool path leaves it
-                window.left.append(f"{element_id} [{preset}] (1 unit(s) diverged)")
+                window.left.append(left_item(element_id, preset, 1))
             else:
                 window.units.append({"element": element_id, "preset": preset, "status": f"diverged: {err}"})
             writer.write()
@@ -314,7 +314,7 @@ def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo,
     for element_id, preset, overrides, units in items:
         if not all(read_entry(runs, unit) is not None for unit in units) or not _box_open():
             lost = sum(left_diverged(unit, diverged) and read_entry(runs, unit) is None for unit in units)
-            window.left.append(f"{element_id} [{preset}]" + (f" ({lost} unit(s) diverged)" if lost else ""))
+            window.left.append(left_item(element_id, preset, lost))
             continue
         if runs_only(element_id, preset, overrides):
             continue  # a pilot's or a budget check's runs: read by a page or a precondition, no record

@@ -43,6 +43,11 @@ def train_in_pool(
         yield from rows
 
 
+def left_item(element_id: str, preset: str, diverged: int = 0) -> str:
+    """A backlog item a window leaves, as `window.left` names it: "sgr.fig2 [cpu] (2 units diverged)"."""
+    return f"{element_id} [{preset}]" + (f" ({diverged} unit{'s' * (diverged != 1)} diverged)" if diverged else "")
+
+
 def unit_row(element_id: str, preset: str, unit, **fields) -> dict:
     """A unit's row in `window.json` (serial and parallel windows alike)."""
     return {"element": element_id, "preset": preset, "label": unit.label, "kind": unit.kind, "key": unit.key, **fields}
