@@ -27,6 +27,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent
 _RUN: dict = {}  # dir, owner (made it: removes it), preset, failed (notebook paths), expected (entries collected)
+STOPPED = "stopped"  # in the folder: a worker stopped early or crashed; nobody waits for more copies
 FOLDER_KEY = "gradalign_nbval_dir"  # the controller's folder, in each xdist worker's workerinput
 WAIT_S = 1800.0  # how long the book's readers wait for the other workers' notebooks (our choice; a guard only)
 
@@ -44,7 +45,7 @@ def pytest_configure(config):
         given = getattr(config, "workerinput", {}).get(FOLDER_KEY)
         folder = Path(given) if given else Path(tempfile.mkdtemp(prefix="gradalign-nbval-"))
         preset = os.environ.get("GRADALIGN_PRESET") or "smoke"
-        _RUN.update(dir=folder, owner=not given, preset=preset, failed=set(), expected=set())
+        _RUN.update(dir=folder, owner=not given, worker=given is not None, preset=preset, failed=set(), expected=set())
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -54,28 +55,43 @@ def pytest_configure_node(node):
         node.workerinput[FOLDER_KEY] = str(_RUN["dir"])
 
 
+def pytest_sessionfinish(session):
+    """A worker that stops early (`-x`, `--maxfail`) leaves notebooks unrun: the book's readers stop waiting."""
+    if _RUN.get("worker") and (session.shouldfail or session.shouldstop):
+        (_RUN["dir"] / STOPPED).touch()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist, on the controller: a worker that crashed may leave notebooks unrun (as above)."""
+    if _RUN and error:
+        (_RUN["dir"] / STOPPED).touch()
+
+
 def pytest_unconfigure(config):
     if _RUN.get("dir") and _RUN["owner"]:
         shutil.rmtree(_RUN["dir"], ignore_errors=True)
     _RUN.clear()
 
 
-def entry_of(path: Path) -> str:
-    """A notebook's toc entry ("notebooks/lga/01_linear_regression")."""
-    return Path(path).resolve().relative_to(ROOT).with_suffix("").as_posix()
+def entry_of(path: Path) -> str | None:
+    """A notebook's toc entry ("notebooks/lga/01_linear_regression"); None outside the project (no page)."""
+    resolved = Path(path).resolve()
+    return resolved.relative_to(ROOT).with_suffix("").as_posix() if resolved.is_relative_to(ROOT) else None
 
 
 def mark_failed(path: Path) -> None:
     """Mark a notebook as run without a copy: the book's readers waiting in `nbval_run` stop waiting for it."""
-    mark = _RUN["dir"] / "failed" / entry_of(path)
-    mark.parent.mkdir(parents=True, exist_ok=True)
-    mark.touch()
+    if entry_of(path) is not None:
+        mark = _RUN["dir"] / "failed" / entry_of(path)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
 
 
 def pytest_collection_finish(session):
     """The notebooks this session runs (after any deselection): the ones the book's readers wait for."""
     if _RUN:
-        _RUN["expected"] = {entry_of(item.parent.path) for item in session.items if _is_cell(item)}
+        _RUN["expected"] = {entry_of(item.parent.path) for item in session.items if _is_cell(item)} - {None}
 
 
 def kernel_env() -> dict[str, str]:
@@ -137,7 +153,7 @@ def pytest_runtest_teardown(item, nextitem):
 
     path, nb = item.parent.path, item.parent.nb
     code = [c for c in nb.cells if c.cell_type == "code"]
-    if path in _RUN["failed"] or any(c.get("execution_count") is None for c in code):
+    if path in _RUN["failed"] or any(c.get("execution_count") is None for c in code) or entry_of(path) is None:
         mark_failed(path)  # no copy (a cell failed or was skipped): nothing to wait for
         return
     target = _RUN["dir"] / "executed" / f"{entry_of(path)}.ipynb"
@@ -202,9 +218,10 @@ def pytest_xdist_make_scheduler(config, log):
     """`make test` runs two workers (`pytest -n 2`). Each file's tests go to one worker (its module fixtures are
     built once), and so do the `BOOK_FILES` together (`book_scope`: they share the session's book build).
 
-    Every notebook is handed out before the book's readers (`scope_rank`), and a worker runs what it was handed in
-    order. So when the readers start on one worker, every notebook has started or finished on its worker, and
-    `nbval_run`'s wait for their copies ends when the slowest of those notebooks does."""
+    Every notebook is handed out before the book's readers (`scope_rank`; again after a crashed worker's scopes
+    are put back), and a worker runs what it was handed in order. So the worker that runs the readers ran its own
+    notebooks before them, and the notebooks it waits for (`nbval_run`) are on other workers, which never wait: the
+    wait ends. A worker holding the readers is never handed a notebook."""
     from xdist.scheduler import LoadScopeScheduling
 
     class BookScheduling(LoadScopeScheduling):
@@ -214,30 +231,44 @@ def pytest_xdist_make_scheduler(config, log):
             return book_scope(nodeid)
 
         def _assign_work_unit(self, node) -> None:
-            if not self.ordered:  # the first hand-out: the queue is complete
+            if not self.ordered:  # the first hand-out (the queue is complete), or after a crash put scopes back
                 self.workqueue = OrderedDict(sorted(self.workqueue.items(), key=lambda kv: scope_rank(kv[0])))
                 self.ordered = True
+            book = self.assigned_work.get(node, {}).get("book", {})
+            if not all(book.values()) and next(iter(self.workqueue)).startswith("notebooks/"):
+                return  # it would wait for a notebook queued behind its own wait: another worker takes it
             super()._assign_work_unit(node)
+
+        def remove_node(self, node):
+            self.ordered = False  # the crashed worker's scopes go to the queue's end: sort it again
+            return super().remove_node(node)
 
     return BookScheduling(config, log)
 
 
-def executed_copies(run: dict, wait_s: float = WAIT_S, poll_s: float = 0.5) -> dict[str, Path]:
-    """{entry: executed copy} of the session's notebooks, once each notebook collected (`run['expected']`) has its
-    copy or its failure mark, written by whichever worker ran it; after `wait_s` seconds, the copies there are."""
+def executed_copies(run: dict, wait_s: float = WAIT_S, poll_s: float = 0.5) -> tuple[dict[str, Path], list[str]]:
+    """({entry: executed copy}, [entries still running]) of the session's notebooks: once each notebook collected
+    (`run['expected']`) has its copy or its failure mark, written by whichever worker ran it; or once a worker
+    stopped early, or `wait_s` seconds passed, with the notebooks still running."""
     folder, deadline = run["dir"], time.monotonic() + wait_s
     while True:
         copies = {e: folder / "executed" / f"{e}.ipynb" for e in sorted(run["expected"])}
         copies = {e: path for e, path in copies.items() if path.exists()}
-        waiting = [e for e in run["expected"] if e not in copies and not (folder / "failed" / e).exists()]
-        if not waiting or time.monotonic() > deadline:
-            return copies
+        waiting = sorted(e for e in run["expected"] if e not in copies and not (folder / "failed" / e).exists())
+        if not waiting or time.monotonic() > deadline or (folder / STOPPED).exists():
+            return copies, waiting
         time.sleep(poll_s)
 
 
 @pytest.fixture(scope="session")
 def nbval_run() -> dict | None:
-    """{'dir', 'preset', 'copies': {entry: executed copy}} when nbval ran the notebooks in this session, else None;
-    it waits for the notebooks other workers run (`executed_copies`). Request it after the notebooks' items (the
-    suite's tests run after them: `pytest notebooks tests`)."""
-    return {**_RUN, "copies": executed_copies(_RUN)} if _RUN else None
+    """{'dir', 'preset', 'copies': {entry: executed copy}} when nbval ran the notebooks in this session, else None.
+    In an xdist worker it waits for the notebooks other workers run (`executed_copies`), and fails when one never
+    finished. In one process it takes the copies there are: a notebook collected after the book's readers (`pytest
+    tests notebooks`, or `--ff`) is executed again by the book build (papermill)."""
+    if not _RUN:
+        return None
+    copies, waiting = executed_copies(_RUN, WAIT_S if _RUN["worker"] else 0.0)
+    if waiting and _RUN["worker"]:
+        pytest.fail(f"no executed copy of {', '.join(waiting)}: a worker stopped early, or it ran over {WAIT_S:.0f} s")
+    return {**_RUN, "copies": copies}
