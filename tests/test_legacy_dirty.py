@@ -131,3 +131,22 @@ def test_sigterm_stops_a_retraining_as_an_exception_that_puts_the_entry_back():
         assert stopped.value.code == 128 + signal.SIGTERM  # a BaseException: retrain's handler restores the entry
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_run_that_diverges_here_stops_in_one_line_and_puts_its_entry_back(store, tmp_path, monkeypatch):
+    """2026-11-29: sgr.fig2's CUDA entry of SGR K=4 on mlp4 at lr 0.1 ended at chance (9.8 %), which no check
+    flagged then; trained again here it diverges at step 200, and today's loop raises."""
+    from gradalign.errors import DivergenceError
+
+    runs, names = store
+
+    def diverges(unit, cache, threads, committed):
+        raise DivergenceError("run a diverged at step 200: test_acc = 9.8, back at chance")
+
+    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", diverges)
+    monkeypatch.setattr(legacy_dirty, "listed", lambda: names)
+    monkeypatch.setattr("gradalign.store.store_root.results_root", lambda: runs.parent)
+    monkeypatch.setattr("gradalign.experiments.units.UNITS", {"x": None})
+    with pytest.raises(SystemExit, match=r"^legacy_dirty: x: run a diverged at step 200.*put back$"):
+        legacy_dirty.main(["x", "--train", "--cache", str(tmp_path / "fresh")])
+    assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"

@@ -178,6 +178,7 @@ def stop_cleanly_on_sigterm() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from gradalign.errors import DivergenceError
     from gradalign.experiments.units import UNITS
     from gradalign.store.store_root import results_root
 
@@ -210,7 +211,10 @@ def main(argv: list[str] | None = None) -> int:
     for element_id in elements:
         if args.train:
             cuda = args.cuda_here and any(p["device"] == "cuda" for _, p in legacy_of(element_id, runs, names))
-            retrain(element_id, runs, names, cache, cuda_here=args.cuda_here)
+            try:
+                retrain(element_id, runs, names, cache, cuda_here=args.cuda_here)
+            except DivergenceError as err:  # the entry is back; today's loop stops a run its first training kept
+                raise SystemExit(f"legacy_dirty: {element_id}: {err}; its dirty entry was put back") from None
             if cuda:
                 print(f"{element_id}: assemble its records again from a clean tree (CUDA entries moved)")
         else:
