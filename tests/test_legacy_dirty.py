@@ -37,7 +37,7 @@ def test_the_list_is_read_without_comments(tmp_path):
 def test_only_listed_entries_that_still_name_a_dirty_commit_are_legacy(store):
     runs, names = store
     assert [u.key for u, _ in legacy_dirty.legacy_of("x", runs, names)] == ["a", "d"]
-    assert legacy_dirty.summary("x", runs, names) == "x: 1 cpu (1.00 h), 1 cuda (1.00 h)"
+    assert legacy_dirty.summary("x", runs, names) == "x: 1 cpu (1.00 h there), 1 cuda (1.00 h there)"
 
 
 def test_retraining_replaces_cpu_entries_and_a_stopped_run_keeps_the_old_one(store, tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ An entry belongs to an element when it is one of the element's units at its `cpu
 reference, pilots at their own overrides), so an entry no element claims here is **not** thereby unread: this
 module never deletes one that it does not retrain.
 
-    python -m gradalign.compute.legacy_dirty                 # each element's legacy entries, by device, with hours
+    python -m gradalign.compute.legacy_dirty                 # each element's legacy entries, by device, hours there
     python -m gradalign.compute.legacy_dirty lga.fig3 --train  # retrain its CPU entries here (one thread, fresh cache)
     python -m gradalign.compute.legacy_dirty sgr.tab4 --train --cuda-here  # its CUDA entries too, on this CPU
     python -m gradalign.compute.legacy_dirty unclaimed --train  # the entries no element claims (pilots' runs)
@@ -121,7 +121,7 @@ def summary(element_id: str, runs: Path, names: set[str], units: list | None = N
     for _, provenance in found:
         count[provenance["device"]] += 1
         hours[provenance["device"]] += provenance.get("wall_time_s", 0.0) / 3600
-    parts = [f"{count[d]} {d} ({hours[d]:.2f} h)" for d in sorted(count)]
+    parts = [f"{count[d]} {d} ({hours[d]:.2f} h there)" for d in sorted(count)]  # a GPU's hours: a CPU takes more
     return f"{element_id}: {', '.join(parts) if parts else 'none'}"
 
 
