@@ -82,8 +82,9 @@ def entry_of(path: Path) -> str | None:
 
 def mark_failed(path: Path) -> None:
     """Mark a notebook as run without a copy: the book's readers waiting in `nbval_run` stop waiting for it."""
-    if entry_of(path) is not None:
-        mark = _RUN["dir"] / "failed" / entry_of(path)
+    entry = entry_of(path)
+    if entry is not None:
+        mark = _RUN["dir"] / "failed" / entry
         mark.parent.mkdir(parents=True, exist_ok=True)
         mark.touch()
 
@@ -156,15 +157,13 @@ def pytest_runtest_teardown(item, nextitem):
     if path in _RUN["failed"] or any(c.get("execution_count") is None for c in code) or entry_of(path) is None:
         mark_failed(path)  # no copy (a cell failed or was skipped): nothing to wait for
         return
-    target = _RUN["dir"] / "executed" / f"{entry_of(path)}.ipynb"
-    target.parent.mkdir(parents=True, exist_ok=True)
+    from gradalign.store.atomic import write_atomically
     from ipykernel.ipkernel import IPythonKernel  # the kernel nbval ran (--nbval-current-env): this interpreter's
 
     nb.metadata["language_info"] = dict(IPythonKernel.language_info)  # as papermill records the kernel's
     nb.metadata["gradalign"] = {"executed_by": "nbval", "parameters": {"preset": _RUN["preset"]}}
-    partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    nbformat.write(nb, partial)
-    os.replace(partial, target)  # whole, for a reader in another worker
+    target = _RUN["dir"] / "executed" / f"{entry_of(path)}.ipynb"
+    write_atomically(target, lambda handle: nbformat.write(nb, handle))  # whole, for a reader in another worker
 
 
 BOOK_FIXTURES = frozenset({"built", "book_html", "nbval_run"})
