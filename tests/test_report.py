@@ -15,6 +15,12 @@ from gradalign.training.ssl import TITLES
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="module")
+def committed_report() -> str:
+    """The report of the committed records (8 s to compute; the tests below only read it)."""
+    return report_markdown("auto", ResultStore())
+
+
 def _tab1_record(seeds=1):
     methods = ["lga", "supervised"]
     column = {m: {"test_error": 10.0 + i, "test_error_std": 0.5, "seeds": seeds} for i, m in enumerate(methods)}
@@ -60,8 +66,8 @@ def test_elements_without_paper_numbers_have_no_rows():
     assert set(COMPARISONS) <= set(ELEMENTS)
 
 
-def test_report_lists_every_element_and_the_stored_comparisons(tmp_path):
-    text = report_markdown("auto", ResultStore())  # the committed records
+def test_report_lists_every_element_and_the_stored_comparisons(tmp_path, committed_report):
+    text = committed_report
     for element_id in ELEMENTS:
         assert f"`{element_id}`" in text
     stored = [i for i in COMPARISONS if ResultStore().files(i)]
@@ -84,7 +90,7 @@ def _stored(element_id):
     return record
 
 
-def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_apart():
+def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_apart(committed_report):
     from gradalign.book.report import scale_of, split_counts, summary_counts, verdict_text
 
     record = _stored("sgr.lam")  # a one-seed pilot: not a valid test of a difference
@@ -98,7 +104,7 @@ def test_an_invalid_test_is_inconclusive_names_why_and_its_scale_and_is_counted_
     assert counts == "**1** reproduced · **1** not reproduced · **1** inconclusive"
     split = split_counts({"lga.prop1": "reproduced", "lga.fig5": "inconclusive", "lga.fig7": "inconclusive"})
     assert split == {"analytic": "**1** reproduced (of 1)", "empirical": "**2** inconclusive (of 2)"}
-    text = report_markdown("auto", ResultStore())
+    text = committed_report
     assert "**inconclusive** (precondition not met: enough seeds to decide a difference" in text
     assert "**Analytic:**" in text and "**Empirical:**" in text
 
@@ -150,12 +156,12 @@ def test_the_fingerprint_follows_imports_and_names_changed_files():
     assert changed_files({"a.py": "1", "b.py": "2"}, {"a.py": "1", "b.py": "3", "c.py": "4"}) == ["b.py", "c.py"]
 
 
-def test_the_report_links_every_built_id_to_its_page():
+def test_the_report_links_every_built_id_to_its_page(committed_report):
     from gradalign.experiments import EXPERIMENTS
 
     from gradalign.book.toc import in_book
 
-    text = report_markdown("auto", ResultStore())
+    text = committed_report
     for element_id, exp in EXPERIMENTS.items():
         linked = f"[`{element_id}`](../{exp.notebook})" in text
         assert linked == in_book(exp.notebook), element_id  # a link only to a page the book has

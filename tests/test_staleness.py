@@ -7,6 +7,7 @@ both, the same outcome of its smoke canary, which is then said ("current by cana
 
 from __future__ import annotations
 
+import copy
 import shutil
 from pathlib import Path
 
@@ -101,19 +102,33 @@ def test_one_constant_in_one_loss_makes_exactly_its_users_stale_and_names_it(tmp
     assert users, "no experiment runs methods/sgr.py: the test would prove nothing"
 
 
-@pytest.fixture
-def smoke_record(tmp_path, monkeypatch):
-    """lga.prop1 computed at smoke in a scratch store, stamped with its canary as `canary.stamp` does."""
+@pytest.fixture(scope="module")
+def _computed_record(tmp_path_factory):
+    """lga.prop1 computed at smoke in a scratch store, stamped with its canary as `canary.stamp` does: once per
+    module (3.5 s of compute), as nothing here edits the store it was saved in (each test gets a copy of it)."""
     from gradalign.records.canary import FORMAT, _torch_version, run_canary
     from gradalign.records.results import ResultStore
     from gradalign.records.runner import run
 
-    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))  # where today's canaries are kept
-    record = run("lga.prop1", "smoke", store=ResultStore(tmp_path / "results"), device="cpu", force=True)
-    digest = run_canary("lga.prop1")[FORMAT]
+    folder = tmp_path_factory.mktemp("staleness")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRADALIGN_CACHE", str(folder / "cache"))
+        mp.setenv("GRADALIGN_RESULTS", str(folder / "results"))
+        record = run("lga.prop1", "smoke", store=ResultStore(folder / "results"), device="cpu", force=True)
+        digest = run_canary("lga.prop1")[FORMAT]
     record["provenance"]["canary"] = {"digest": digest, "format": FORMAT, "torch": _torch_version()}
-    return record
+    return record, folder / "results"
+
+
+@pytest.fixture
+def smoke_record(_computed_record, tmp_path, monkeypatch):
+    """The record above (a fresh copy), its store copied to this test's scratch store, where today's canaries are
+    kept (`GRADALIGN_RESULTS`), with a fresh run cache."""
+    record, results = _computed_record
+    shutil.copytree(results, tmp_path / "results")
+    monkeypatch.setenv("GRADALIGN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GRADALIGN_RESULTS", str(tmp_path / "results"))
+    return copy.deepcopy(record)
 
 
 def _as_if_code_changed(record: dict, name: str = "shells_prop1") -> dict:

@@ -8,10 +8,11 @@ from gradalign.experiments import EXPERIMENTS, check, outcome
 from gradalign.records.results import SCHEMA, RecordWarning, ResultStore, record_digest
 from gradalign.experiments.verdict import derive_verdict
 
-QUICK = {"example_steps": 20, "example_unlabeled": 50}  # lga.alg1 at smoke, shorter: the store is tested, not it
+ELEMENT = "sgr.tab8"  # Eq. 35's cost table: 0.2 s at smoke (lga.alg1 takes 2.5 s): the store is tested, not it
+QUICK = {"draws": 2}
 
 
-def count_runs(monkeypatch, element_id="lga.alg1"):
+def count_runs(monkeypatch, element_id=ELEMENT):
     """Record every config the experiment `element_id` actually computes (shared with test_tampering)."""
     calls = []
     exp = EXPERIMENTS[element_id]
@@ -26,11 +27,11 @@ def count_runs(monkeypatch, element_id="lga.alg1"):
 
 
 def test_save_is_atomic_and_loads_back(store):
-    record = runner.run("lga.alg1", "smoke", QUICK, store=store)
-    path = store.path("lga.alg1", "smoke", record["config_hash"])
-    assert path.exists() and path.parent == store.root / "lga" / "lga.alg1"
+    record = runner.run(ELEMENT, "smoke", QUICK, store=store)
+    path = store.path(ELEMENT, "smoke", record["config_hash"])
+    assert path.exists() and path.parent == store.root / "sgr" / ELEMENT
     assert not list(path.parent.glob("*.tmp"))
-    loaded = store.load("lga.alg1", "smoke", record["config_hash"], record["experiment_version"])
+    loaded = store.load(ELEMENT, "smoke", record["config_hash"], record["experiment_version"])
     assert loaded == json.loads(json.dumps(record))
     assert loaded["schema"] == 3 and loaded["scope"] == "exact" and loaded["digest"] == record_digest(loaded)
     for key in ("hardware", "torch", "seeds", "wall_time_s", "date", "git_commit"):
@@ -38,8 +39,8 @@ def test_save_is_atomic_and_loads_back(store):
 
 
 def test_failed_write_keeps_the_old_record(store, monkeypatch):
-    record = runner.run("lga.alg1", "smoke", QUICK, store=store)
-    path = store.path("lga.alg1", "smoke", record["config_hash"])
+    record = runner.run(ELEMENT, "smoke", QUICK, store=store)
+    path = store.path(ELEMENT, "smoke", record["config_hash"])
     before = path.read_bytes()
 
     def broken_fsync(fd):
@@ -55,15 +56,15 @@ def test_failed_write_keeps_the_old_record(store, monkeypatch):
 
 def test_stored_record_is_reused(store, monkeypatch):
     calls = count_runs(monkeypatch)
-    runner.run("lga.alg1", "smoke", QUICK, store=store)
-    runner.run("lga.alg1", "smoke", QUICK, store=store)
+    runner.run(ELEMENT, "smoke", QUICK, store=store)
+    runner.run(ELEMENT, "smoke", QUICK, store=store)
     assert len(calls) == 1
 
 
 @pytest.mark.parametrize("damage", ["truncate", "schema", "hash", "version", "config"])
 def test_bad_record_is_reported_and_recomputed(store, monkeypatch, damage):
-    record = runner.run("lga.alg1", "smoke", QUICK, store=store)
-    path = store.path("lga.alg1", "smoke", record["config_hash"])
+    record = runner.run(ELEMENT, "smoke", QUICK, store=store)
+    path = store.path(ELEMENT, "smoke", record["config_hash"])
     text = path.read_text()
     bad = json.loads(text)
     if damage == "truncate":
@@ -80,20 +81,20 @@ def test_bad_record_is_reported_and_recomputed(store, monkeypatch, damage):
         path.write_text(json.dumps(bad))
     calls = count_runs(monkeypatch)
     with pytest.warns(RecordWarning, match="ignoring stored record"):
-        again = runner.run("lga.alg1", "smoke", QUICK, store=store)
+        again = runner.run(ELEMENT, "smoke", QUICK, store=store)
     assert len(calls) == 1
     assert again["config"] == record["config"]
     assert json.loads(path.read_text())["schema"] == SCHEMA == 3  # rewritten
 
 
 def test_auto_prefers_the_largest_stored_preset(store, monkeypatch):
-    small = dict(EXPERIMENTS["lga.alg1"].presets["smoke"])  # the cpu and gpu presets at the smoke scale: seconds
-    assert runner.best_stored_preset("lga.alg1", small, store=store) is None
-    runner.run("lga.alg1", "cpu", small, store=store)
-    assert runner.best_stored_preset("lga.alg1", small, store=store) == "cpu"
-    assert runner.best_stored_preset("lga.alg1", store=store) is None  # other settings: another record
-    runner.run("lga.alg1", "gpu", small, store=store)
-    assert runner.load_or_run("lga.alg1", "auto", small, store=store)["preset"] == "gpu"
+    small = dict(EXPERIMENTS[ELEMENT].presets["smoke"])  # the cpu and gpu presets at the smoke scale: seconds
+    assert runner.best_stored_preset(ELEMENT, small, store=store) is None
+    runner.run(ELEMENT, "cpu", small, store=store)
+    assert runner.best_stored_preset(ELEMENT, small, store=store) == "cpu"
+    assert runner.best_stored_preset(ELEMENT, store=store) is None  # other settings: another record
+    runner.run(ELEMENT, "gpu", small, store=store)
+    assert runner.load_or_run(ELEMENT, "auto", small, store=store)["preset"] == "gpu"
 
 
 def test_store_root_follows_environment(tmp_path, monkeypatch):
