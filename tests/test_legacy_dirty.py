@@ -63,6 +63,26 @@ def test_retraining_replaces_cpu_entries_and_a_stopped_run_keeps_the_old_one(sto
     assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"
 
 
+def test_a_run_that_diverges_here_is_put_back_unless_asked_to_drop_it(store, tmp_path, monkeypatch):
+    from gradalign.errors import DivergenceError
+
+    runs, names = store
+    lines = []
+
+    def diverges(unit, cache, threads, committed):
+        raise DivergenceError("the loss became NaN at step 200; lower the rate")
+
+    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", diverges)
+    with pytest.raises(DivergenceError):
+        legacy_dirty.retrain("x", runs, names, tmp_path / "cache", echo=lines.append)
+    assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"  # put back
+    assert legacy_dirty.retrain("x", runs, names, tmp_path / "c2", echo=lines.append, drop_diverged=True) == 1
+    assert not (runs / "k" / "a.json").exists()
+    assert lines[-1] == (
+        "diverged here, entry removed: run a (the loss became NaN at step 200); assemble x's records again"
+    )
+
+
 def test_cuda_entries_are_retrained_here_only_when_asked_and_their_moves_are_said(store, tmp_path, monkeypatch):
     runs, names = store
     lines = []
@@ -97,6 +117,9 @@ def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         legacy_dirty.main(["lga.fig3", "--cuda-here"])
     assert "give --train with it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        legacy_dirty.main(["lga.fig3", "--drop-diverged"])
+    assert "--drop-diverged trains: give --train with it" in capsys.readouterr().err
 
 
 def test_an_unclaimed_entry_is_rebuilt_from_its_spec_and_a_wrong_key_or_kind_is_refused(tmp_path, monkeypatch):
@@ -147,6 +170,6 @@ def test_a_run_that_diverges_here_stops_in_one_line_and_puts_its_entry_back(stor
     monkeypatch.setattr(legacy_dirty, "listed", lambda: names)
     monkeypatch.setattr("gradalign.store.store_root.results_root", lambda: runs.parent)
     monkeypatch.setattr("gradalign.experiments.units.UNITS", {"x": None})
-    with pytest.raises(SystemExit, match=r"^legacy_dirty: x: run a diverged at step 200.*put back$"):
+    with pytest.raises(SystemExit, match=r"^legacy_dirty: x: run a diverged at step 200.*put back \(--drop-diverged"):
         legacy_dirty.main(["x", "--train", "--cache", str(tmp_path / "fresh")])
     assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"

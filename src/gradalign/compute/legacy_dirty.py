@@ -17,6 +17,7 @@ module never deletes one that it does not retrain.
     python -m gradalign.compute.legacy_dirty lga.fig3 --train  # retrain its CPU entries here (one thread, fresh cache)
     python -m gradalign.compute.legacy_dirty sgr.tab4 --train --cuda-here  # its CUDA entries too, on this CPU
     python -m gradalign.compute.legacy_dirty unclaimed --train  # the entries no element claims (pilots' runs)
+    python -m gradalign.compute.legacy_dirty sgr.tab4 --train --cuda-here --drop-diverged  # diverged here: removed
 
 `unclaimed` names the listed entries that no element's units claim (the λ pilots' runs, the book's supervised
 reference, ...): each is rebuilt as a unit from its stored spec, where its kind's spec class is known (`REBUILT`),
@@ -140,12 +141,27 @@ def moved(old: dict, new: dict, most: int = 3) -> str:
     return ", ".join(changed[:most]) + (f" and {len(changed) - most} more" if len(changed) > most else "")
 
 
-def retrain(element_id: str, runs: Path, names: set[str], cache: Path, echo=print, cuda_here: bool = False) -> int:
+def retrain(
+    element_id: str,
+    runs: Path,
+    names: set[str],
+    cache: Path,
+    echo=print,
+    cuda_here: bool = False,
+    drop_diverged: bool = False,
+) -> int:
     """Train the element's legacy CPU entries (and its CUDA ones when `cuda_here`) again here, one at a time, into the
     fresh run cache `cache` (an entry cached from the dirty run would be read back, not trained); each entry is
     replaced only once its run finished. Returns how many were trained. Remove them from the list afterwards (the
-    clean-tree test says which); after CUDA ones, assemble the records that read them again."""
+    clean-tree test says which); after CUDA ones, assemble the records that read them again.
+
+    A run that diverges here (today's loop stops a run at a NaN or back at chance, which an older loop stored as a
+    finished run at chance) raises DivergenceError with its old entry put back; with `drop_diverged` its entry is
+    removed instead and the next one trained. Only for an element whose code handles a divergence of that run (a
+    tuning run of `sgr.tab4` scores 0, a final run moves to the next rate): its records must then be assembled
+    again, which trains that run again and meets the divergence there."""
     from gradalign.compute.sweep import compute_unit
+    from gradalign.errors import DivergenceError
 
     devices = ("cpu", "cuda") if cuda_here else ("cpu",)
     todo = [u for u, p in legacy_of(element_id, runs, names) if p["device"] in devices]
@@ -157,6 +173,14 @@ def retrain(element_id: str, runs: Path, names: set[str], cache: Path, echo=prin
         path.unlink()  # else the committed entry is read, not trained
         try:
             compute_unit(unit, str(cache), 1, str(runs))
+        except DivergenceError as err:
+            if not drop_diverged:
+                if not path.exists():
+                    path.write_bytes(kept)
+                raise
+            why = str(err).split(";")[0]
+            echo(f"diverged here, entry removed: {unit.label} ({why}); assemble {element_id}'s records again")
+            continue
         except BaseException:
             if not path.exists():
                 path.write_bytes(kept)  # a stopped run leaves the old entry, never a hole
@@ -193,13 +217,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cuda-here", action="store_true", help="with --train: the CUDA entries too, on this machine's CPU"
     )
+    parser.add_argument(
+        "--drop-diverged",
+        action="store_true",
+        help="with --train: remove the entry of a run that diverges here (its element scores the divergence itself)",
+    )
     args = parser.parse_args(argv)
     unknown = [e for e in args.elements if e not in UNITS and e != UNCLAIMED]
     if unknown:
         parser.error(f"unknown or unit-less element(s): {', '.join(unknown)}")
     cache = Path(args.cache)
-    if args.cuda_here and not args.train:
-        parser.error("--cuda-here trains: give --train with it")
+    for flag, given in (("--cuda-here", args.cuda_here), ("--drop-diverged", args.drop_diverged)):
+        if given and not args.train:
+            parser.error(f"{flag} trains: give --train with it")
     if args.train and cache.exists() and any(cache.iterdir()):
         parser.error(f"{cache} is not empty: give a fresh run cache, so that no dirty run is read back")
     runs, names = results_root() / "runs", listed()
@@ -212,9 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.train:
             cuda = args.cuda_here and any(p["device"] == "cuda" for _, p in legacy_of(element_id, runs, names))
             try:
-                retrain(element_id, runs, names, cache, cuda_here=args.cuda_here)
+                retrain(element_id, runs, names, cache, cuda_here=args.cuda_here, drop_diverged=args.drop_diverged)
             except DivergenceError as err:  # the entry is back; today's loop stops a run its first training kept
-                raise SystemExit(f"legacy_dirty: {element_id}: {err}; its dirty entry was put back") from None
+                raise SystemExit(
+                    f"legacy_dirty: {element_id}: {err}; its dirty entry was put back (--drop-diverged removes it, "
+                    "where the element scores a divergence of that run itself)"
+                ) from None
             if cuda:
                 print(f"{element_id}: assemble its records again from a clean tree (CUDA entries moved)")
         else:
