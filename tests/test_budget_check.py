@@ -134,7 +134,7 @@ def test_a_diverged_run_leaves_its_arm_to_the_tail_rule(monkeypatch):
 
 
 def test_the_budget_checks_follow_the_reruns_they_read_and_assemble_no_record():
-    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.backlog import BACKLOG
 
     half = pilots.budget_overrides("sgr.tab7")
     assert half == {**pilots.RERUNS["sgr.tab7"], "protocol.epochs": 60}  # its 120-epoch rerun's, halved

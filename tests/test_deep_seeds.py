@@ -65,7 +65,7 @@ def test_the_view_has_a_row_per_reading_and_seed():
 
 
 def test_the_backlog_trains_the_seeds_without_a_record_that_would_shadow_table_7():
-    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.backlog import BACKLOG
     from gradalign.compute.pilots import RERUNS, runs_only
     from gradalign.compute.window_report import purpose
 

@@ -20,7 +20,8 @@ from gradalign.compute import gpu_window as window_module
 from gradalign.cli import main
 from gradalign.errors import ConfigError
 from gradalign.compute.gpu_import import import_window
-from gradalign.compute.gpu_window import MAX_FILES, gpu_window
+from gradalign.compute.gpu_window import gpu_window
+from gradalign.compute.window_files import MAX_FILES
 from gradalign.records.results import ResultStore
 
 TINY = {
@@ -393,7 +394,7 @@ def test_two_backlog_items_that_share_runs_train_each_run_once(tmp_path, monkeyp
 
 
 def test_skip_leaves_out_the_elements_another_machine_trains():
-    from gradalign.compute.gpu_window import BACKLOG as REAL
+    from gradalign.compute.backlog import BACKLOG as REAL
     from gradalign.compute.window_cli import without
 
     kept = without(REAL, ["sgr.tab7"])

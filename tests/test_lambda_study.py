@@ -173,7 +173,7 @@ def test_once_its_record_is_stored_the_study_s_half_budget_is_queued_right_after
     """The B/2 runs wait on B's choice: nothing is queued before the record exists; after it, the runs at half the
     epochs with B's choice given, runs only (the budget rule reads them when the record is assessed)."""
     from gradalign.compute.backlog import full_backlog
-    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.backlog import BACKLOG
     from gradalign.compute.pilots import runs_only
     from gradalign.compute.window_report import purpose
     from gradalign.records import runner

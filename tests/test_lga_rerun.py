@@ -11,7 +11,7 @@ import pytest
 
 from gradalign.compute import lga_rerun
 from gradalign.compute.backlog import full_backlog
-from gradalign.compute.gpu_window import BACKLOG
+from gradalign.compute.backlog import BACKLOG
 from gradalign.compute.pilots import runs_only
 from gradalign.compute.window_report import purpose
 from gradalign.experiments.lga.ssl_tuning import rerun_overrides

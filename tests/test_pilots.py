@@ -50,7 +50,7 @@ def test_table7_pilot_is_seed_0_of_its_settings_and_closed_before_its_last_runs(
     from gradalign.experiments import get
     from gradalign.experiments.sgr.local_runs import CALIBRATED
     from gradalign.experiments.units import units_of
-    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.backlog import BACKLOG
 
     pilot = pilots.PILOTS["sgr.tab7"]
     units = pilot.units(pilot)

@@ -220,7 +220,7 @@ def test_the_control_setting_is_accepted():
 def test_a_gpu_window_trains_the_control_runs_and_assembles_no_record_from_them():
     from gradalign.compute import pilots, window_report
     from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
-    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.backlog import BACKLOG
 
     for element_id in CONTROLLED:
         assert (element_id, "cpu", CONTROL) in BACKLOG
@@ -318,7 +318,7 @@ def test_half_overrides_halve_steps_epochs_or_per_dataset_epochs():
 def test_a_gpu_window_trains_the_half_budget_runs_as_runs_only():
     from gradalign.compute import pilots, window_report
     from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item, is_half_budget
-    from gradalign.compute.gpu_window import BACKLOG
+    from gradalign.compute.backlog import BACKLOG
 
     assert half_budget_item("lga.fig7") == ("lga.fig7", "cpu", {"protocol.steps": 3000})
     assert half_budget_item("isoloss.tab1") == ("isoloss.tab1", "cpu", {"epochs": [8]})

@@ -1,4 +1,5 @@
-"""The GPU backlog as a window reads it: `gpu_window.BACKLOG` and the work that waits on a stored record.
+"""The backlog of GPU runs (`BACKLOG`, most valuable first) and, as a window reads it, the work that waits on a stored
+record.
 
 Some work can only be named once a record exists: the rerun a study chose (Figure 7 at `lga.tune`'s settings), or
 an element's runs at half its budget given the choice made at the full one (`sgr.lamfull`). `full_backlog` adds them
@@ -8,7 +9,45 @@ importing the package read the results store.
 
 from __future__ import annotations
 
-from gradalign.compute.gpu_window import BACKLOG
+from gradalign.compute.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued
+from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item
+from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
+from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
+
+BACKLOG: tuple[tuple[str, str, dict], ...] = (
+    tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
+    + tuple((element_id, "cpu", CONTROL) for element_id in CONTROLLED)
+    + tuple(half_budget_item(element_id) for element_id in HALF_BUDGET_QUEUE)
+    + queued()
+    + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
+    + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
+    + DEEP_SEEDS
+    + tuple(
+        (element_id, "gpu", {})
+        for element_id in (
+            "sgr.tab7nobn",
+            "lga.fig7",
+            "lga.fig5",
+            "lga.fig6",
+            "lga.tab1",
+            "metagrad.tab1",
+            "metagrad.tab2",
+            "metagrad.tab4",
+            "sgr.tab3",
+            "isoloss.tab1",
+            "sgr.tab6",
+        )
+    )
+)
+"""(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
+machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then LGA's mechanism controls (α_w = 0,
+`experiments.lga.validity.CONTROL`: about 2.5 min each there), then the other elements' runs at half their
+budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales that the pilots chose (`pilots.RERUNS`)
+and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in `pilots.QUEUE`'s order, then the `cpu`
+presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
+then SGR's VGG-57 at 5 seeds in both readings (`experiments.sgr.deep_seeds`), then the `gpu` presets (Table 7
+without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after it; the meta-gradient
+Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
 
 
 def full_backlog() -> tuple[tuple[str, str, dict], ...]:

@@ -31,89 +31,18 @@ store, and says what it added; then commit them. Nothing here imports jupyter or
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gradalign.store.atomic import content_digest, read_json_strict, write_json_atomically
 from gradalign.errors import ConfigError, DivergenceError
-from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_item
 from gradalign.experiments.diverged_runs import STUDIES
-from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
-from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
-from gradalign.compute.pilots import CLOSED, ON_GPU, OVER_CPU_BUDGET, PILOTS, RUNS_LOST, queued, runs_only
+from gradalign.compute.backlog import BACKLOG
+from gradalign.compute.pilots import runs_only
+from gradalign.compute.window_files import MAX_FILE_BYTES, Window, WindowWriter, snapshot
 from gradalign.compute.window_pool import UnitDiverged, diverged_fields, left_item, unit_row
-from gradalign.compute.gpu_import import BENCH_FILE, RECORDS_FILE, RUNS_PREFIX, WINDOW_FILE
 from gradalign.compute.gpu_import import diverged_before, left_diverged
-from gradalign.compute.window_carry import CARRY_FILES
-from gradalign.compute.window_measure import bench_slot, cuda_tests, throughput_by_kind, unit_throughput
-
-BACKLOG: tuple[tuple[str, str, dict], ...] = (
-    tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
-    + tuple((element_id, "cpu", CONTROL) for element_id in CONTROLLED)
-    + tuple(half_budget_item(element_id) for element_id in HALF_BUDGET_QUEUE)
-    + queued()
-    + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
-    + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
-    + DEEP_SEEDS
-    + tuple(
-        (element_id, "gpu", {})
-        for element_id in (
-            "sgr.tab7nobn",
-            "lga.fig7",
-            "lga.fig5",
-            "lga.fig6",
-            "lga.tab1",
-            "metagrad.tab1",
-            "metagrad.tab2",
-            "metagrad.tab4",
-            "sgr.tab3",
-            "isoloss.tab1",
-            "sgr.tab6",
-        )
-    )
-)
-"""(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
-machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then LGA's mechanism controls (α_w = 0,
-`experiments.lga.validity.CONTROL`: about 2.5 min each there), then the other elements' runs at half their
-budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales that the pilots chose (`pilots.RERUNS`)
-and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in `pilots.QUEUE`'s order, then the `cpu`
-presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
-then SGR's VGG-57 at 5 seeds in both readings (`experiments.sgr.deep_seeds`), then the `gpu` presets (Table 7
-without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after it; the meta-gradient
-Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
-
-
-MAX_FILES = 8
-MAX_FILE_BYTES = 15 * 2**20  # under the 16 MiB a window returns per file
-
-
-@dataclass
-class Window:
-    """What a window did, written to `window.json` as it goes."""
-
-    minutes: float
-    device: str = ""
-    workers: int = 1  # units trained at once (`window_pool`)
-    began: str = ""  # UTC date and time the window began
-    tests: dict = field(default_factory=dict)
-    bench: dict = field(default_factory=dict)  # name -> its quick ratios, or the error
-    bench_slot: dict = field(default_factory=dict)  # {"alone", "seconds"}: the slot ran before any worker began
-    utilisation: dict = field(default_factory=dict)  # `gpu_sampler.Sampler.report`: the series, phases, means
-    throughput: dict = field(default_factory=dict)  # unit kind -> its units' rates (`window_measure`)
-    units: list[dict] = field(default_factory=list)  # {element, label, kind, key, seconds, hardware, status}
-    records: list[str] = field(default_factory=list)  # element [preset] assembled
-    stopped: str = ""  # why the window ended before its backlog did ("" : the backlog is done)
-    left: list[str] = field(default_factory=list)  # experiments of the backlog still unfinished
-    carried: list[str] = field(default_factory=list)  # kind/key of checkpoints an earlier window left (resumed here)
-    checkpoints: list[str] = field(default_factory=list)  # kind/key of the stopped runs' carried checkpoints
-    checkpoints_left: list[str] = field(default_factory=list)  # stopped runs whose checkpoints found no room
-
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
+from gradalign.compute.window_measure import bench_slot, cuda_tests, unit_throughput
 
 
 def gpu_window(
@@ -143,13 +72,13 @@ def gpu_window(
     dev = select_device(device)
     pin_threads()  # as `gradalign run` does: the units a window computes are the ones a run computes
     store = ResultStore()
-    before = _snapshot(store.root)
+    before = snapshot(store.root)
     window = Window(minutes=minutes, device=str(dev), workers=workers, began=_now())
     window.carried = seed(store.root.parent / CARRY_FOLDER, cache_root(), store.root / "runs")
     if window.carried:
         echo(f"gpu-window: {len(window.carried)} run(s) resume from checkpoints an earlier window left")
     sampler = Sampler().start()
-    writer = _Writer(out, store.root, before, window, sampler)
+    writer = WindowWriter(out, store.root, before, window, sampler)
     start = time.monotonic()
 
     def checks() -> None:
@@ -203,7 +132,7 @@ def _out_folder(out: str | Path) -> Path:
     return path
 
 
-def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None:
+def _backlog(window: Window, backlog, dev, store, writer: WindowWriter, echo) -> None:
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
     from gradalign.store.run_unit import committed_runs, read_entry, runs_read
@@ -273,7 +202,7 @@ def _backlog(window: Window, backlog, dev, store, writer: _Writer, echo) -> None
             writer.write()
 
 
-def _backlog_in_pool(window: Window, backlog, dev, store, writer: _Writer, echo, meanwhile) -> None:
+def _backlog_in_pool(window: Window, backlog, dev, store, writer: WindowWriter, echo, meanwhile) -> None:
     """The backlog's uncommitted units in `window.workers` processes (`window_pool`), then each whole one's record."""
     from gradalign.experiments import get
     from gradalign.experiments.units import UNITS, units_of
@@ -336,65 +265,3 @@ def _box_open() -> bool:
 
     left = seconds_left()
     return left is None or left > 0
-
-
-def _snapshot(root: Path) -> dict[str, str]:
-    """Relative path -> content digest of every JSON file under the results store."""
-    if not root.exists():
-        return {}
-    return {str(p.relative_to(root)): _file_digest(p) for p in root.rglob("*.json")}
-
-
-def _file_digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-class _Writer:
-    """Writes the window's bundles to `out`: what is new or changed under the results store since it began."""
-
-    def __init__(self, out: Path, root: Path, before: dict[str, str], window: Window, sampler=None):
-        self.out, self.root, self.before, self.window, self.sampler = out, root, before, window, sampler
-
-    def write(self) -> None:
-        if self.sampler is not None:
-            self.window.utilisation = self.sampler.report()
-        self.window.throughput = throughput_by_kind(self.window.units)
-        runs, records = [], []
-        for relative, digest in sorted(_snapshot(self.root).items()):
-            if self.before.get(relative) == digest:
-                continue
-            document = read_json_strict(self.root / relative)
-            if relative.split(os.sep)[0] == "runs":
-                runs.append(document)
-            elif relative.split(os.sep)[0] != "bench":
-                records.append(document)
-        write_json_atomically(self.out / RECORDS_FILE, {"records": records})
-        write_json_atomically(self.out / BENCH_FILE, {"bench": self.window.bench})
-        chunks = _chunks(runs, MAX_FILES - 3 - CARRY_FILES)  # window, records, bench and the checkpoints' files
-        for n, chunk in enumerate(chunks, 1):
-            write_json_atomically(self.out / f"{RUNS_PREFIX}{n}.json", {"runs": chunk})
-        for stale in self.out.glob(f"{RUNS_PREFIX}*.json"):
-            if int(stale.stem[len(RUNS_PREFIX) :] or 0) > len(chunks):
-                stale.unlink()
-        report = self.window.to_dict()
-        write_json_atomically(self.out / WINDOW_FILE, {**report, "digest": content_digest(report)})
-
-
-def _chunks(items: list[dict], most: int) -> list[list[dict]]:
-    """`items` in at most `most` lists of at most MAX_FILE_BYTES each (an item that does not fit is left out and
-    stays committed in the window's checkout only)."""
-    chunks, current, size = [], [], 0
-    for item in items:
-        length = len(json.dumps(item))
-        if length > MAX_FILE_BYTES:
-            continue
-        if current and size + length > MAX_FILE_BYTES:
-            chunks.append(current)
-            current, size = [], 0
-        current.append(item)
-        size += length
-    if current:
-        chunks.append(current)
-    return chunks[:most]

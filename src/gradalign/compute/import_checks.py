@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gradalign.errors import ConfigError
 
-MAX_JSON_BYTES = 64 * 2**20  # a window writes files of at most 15 MiB (`gpu_window.MAX_FILE_BYTES`)
+MAX_JSON_BYTES = 64 * 2**20  # a window writes files of at most 15 MiB (`window_files.MAX_FILE_BYTES`)
 _KEY = re.compile(r"[0-9a-f]{16}")  # `runcache.run_key`
 _CONFIG_HASH = re.compile(r"[0-9a-f]{12}")  # `config.config_digest`
 _DIGEST = re.compile(r"[0-9a-f]{64}")  # `atomic.content_digest`
@@ -115,7 +115,7 @@ def window_stamp(began: object, digest: object) -> str:
     return f"{stamp}-{str(digest)[:12]}.json"
 
 
-_WINDOW_FIELDS = {  # field -> (types, words): `gpu_window.Window` and what `import` adds
+_WINDOW_FIELDS = {  # field -> (types, words): `window_files.Window` and what `import` adds
     "minutes": ((int, float), "a number"),
     "device": (str, "a string"),
     "workers": (int, "an integer"),

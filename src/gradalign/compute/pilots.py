@@ -143,7 +143,7 @@ the calibrated λ, Table 6 with the paper's K = 3; Table 7's at `sgr.lam7`'s λ,
 
 
 ON_GPU: tuple[str, ...] = ("sgr.tab7", *(fits_name(*c) for c in FITS_GRID if c[0] > 0.125))
-"""Pilots over the two-core budget: a GPU window trains their runs (`gpu_window.BACKLOG`); `main` trains them here
+"""Pilots over the two-core budget: a GPU window trains their runs (`backlog.BACKLOG`); `main` trains them here
 only when asked to (`--anyway`). Table 7's λ = 10² runs at 30 epochs took 2 to 15 min each on one thread here."""
 
 

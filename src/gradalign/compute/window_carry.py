@@ -2,7 +2,7 @@
 
 A window's time box stops a run at a checkpoint (`training.loop`), kept in that machine's run cache, which the next
 window (a fresh machine) does not have. So a window bundles the checkpoints of its stopped units into files of its
-`--out` (`carry_files`, at most `gpu_window.MAX_FILE_BYTES` each); `gradalign import` checks each (its name, and the
+`--out` (`carry_files`, at most `window_files.MAX_FILE_BYTES` each); `gradalign import` checks each (its name, and the
 header and SHA-256 of the one checkpoint format, by the loader's own `training.checkpoint.checkpoint_problem`) and
 places it in the checkout's `window-carry/` folder (git-ignored: weights are never committed); the next window is
 started with that folder carried beside the checkout, copies each checkpoint into its run cache, and the run resumes
@@ -28,7 +28,7 @@ from gradalign.store.atomic import write_atomically
 from gradalign.training.checkpoint import checkpoint_problem
 
 CARRY_FILE = "checkpoints.tar"  # the first; then checkpoints-2.tar ... (`carry_files`)
-CARRY_FILES = 3  # of a window's 8 files (`gpu_window.MAX_FILES`)
+CARRY_FILES = 3  # of a window's 8 files (`window_files.MAX_FILES`)
 CARRY_FOLDER = "window-carry"  # beside results/ in the checkout; the device call carries it (README, GPU windows)
 _MEMBER = re.compile(r"runs/([A-Za-z0-9_][A-Za-z0-9_.-]*)/([0-9a-f]{16})\.pt(\.gz)?")
 

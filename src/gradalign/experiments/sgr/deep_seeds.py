@@ -26,7 +26,7 @@ BACKLOG_ITEMS: tuple[tuple[str, str, dict], ...] = (
     ("sgr.tab7", "cpu", {"seeds": SEEDS, "depths": (12, DEPTH)}),  # Table 7 needs two depths; VGG-12's runs are cheap
     ("sgr.tab7nobn", "cpu", {"seeds": SEEDS}),
 )
-"""The runs of both readings at `SEEDS` seeds, as GPU backlog items (`gpu_window.BACKLOG`): Table 7's three arms at
+"""The runs of both readings at `SEEDS` seeds, as GPU backlog items (`backlog.BACKLOG`): Table 7's three arms at
 VGG-12 and VGG-57 with BN, and the no-BN study's deepest arms (its sweep and init check are committed)."""
 
 
