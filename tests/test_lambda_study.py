@@ -33,6 +33,8 @@ def test_the_term_ratio_converts_layerwise_to_the_sum_module_by_module():
     assert term_ratio([_run(0.15, [])], ref, [10, 100], "mean") == pytest.approx(0.5)
     assert term_ratio([_run(10.5, [])], ref, [10, 100], "sum") == pytest.approx(0.5)
     assert term_ratio([], ref, [10, 100], "mean") is None
+    diverged = {"diverged": "NaN at step 3", "history": {"sgr": [9.0], "sgr_by_module": []}}  # no term kept
+    assert term_ratio([_run(0.15, [])], [*ref, diverged], [10, 100], "mean") == pytest.approx(0.5)
 
 
 def test_input_features_are_each_modules_input_size():
@@ -88,7 +90,7 @@ def test_outside_table_3s_reading_the_first_seeds_comparison_run_is_the_choice_r
     assert kinds[:2] == ["sgr.local", "sgr.local"] and kinds[2:8] == [HELDOUT] * 6 and HELDOUT not in kinds[8:]
     assert {u.spec["seed"] for u in units[2:8]} == {study.seed} and all(u.spec["held_out"] == 1000 for u in units[2:8])
     assert all(u.spec["validation"] == 1000 for u in units[:2])  # Table 3's reading: runs of their own
-    first_seed_plain = [u for u in units if u.kind != HELDOUT and u.spec["seed"] == study.seed and "λ" not in u.label]
+    first_seed_plain = [u for u in units if u.kind != HELDOUT and u.spec["seed"] == study.seed]
     plain_at_new = [u for u in first_seed_plain if u.spec["method"].get("lam", 1000.0) != 1000.0]
     assert plain_at_new == []  # no reading other than Table 3's trains its first seed twice
 
@@ -202,25 +204,119 @@ def _row(diff: float, decision: str, ratio: float | None) -> dict:
     return {"difference": {"diff": diff, "decision": decision}, "term_ratio": ratio}
 
 
-def _metrics(chosen_row: dict, other_row: dict) -> dict:
+def _metrics(chosen_row: dict, other_row: dict, chosen: str = "mean λ=1") -> dict:
     rows = {"resnet32": {"mean λ=1": chosen_row, "mean λ=1000": other_row}}
-    return {"chosen": {"resnet32": "mean λ=1"}, "rows": rows, "table3_reading": "mean λ=1000"}
+    accs = {"resnet32": {"mean λ=1": 83.5, "mean λ=1000": 74.0}}
+    return {"chosen": {"resnet32": chosen}, "rows": rows, "table3_reading": "mean λ=1000", "validation_acc": accs}
 
 
-def test_in_words_says_an_inert_chosen_reading_makes_the_verdict_inconclusive_by_construction():
-    from gradalign.experiments.sgr.lambda_study import in_words
+def _checks(passed: bool, full: str, half: str | None, stable: bool = True) -> dict:
+    """The record's check of the chosen reading after `records.assess`: with its budget check once B/2 is in."""
+    check = {"passed": passed}
+    if half is not None:
+        row = {"full": full, "half": half, "diff_half": 1.1, "stable": stable}
+        check["budget"] = {"stable": stable, "comparisons": {"": row}, "budgets": ["60 epochs", "30 epochs"]}
+    return {"sgr_beats_layerwise_resnet32": check}
+
+
+def test_in_words_says_whether_the_chosen_readings_term_acts_and_gives_the_validation_accuracies():
+    from gradalign.book.lambda_words import in_words
 
     inert = in_words(_metrics(_row(-0.4, "within noise", 0.98), _row(-5.9, "loses", 0.02)))
-    assert "Its term does not act (ratio 0.98 > 0.5), so the mechanism precondition is unmet" in inert[0]
-    assert inert[0].endswith("SGR beats layer-wise at no reading.")
-    assert inert[1] == "Table 3's and Table 6's verdicts rest on mean λ=1000."
-    acting = in_words(_metrics(_row(+1.2, "beats", 0.1), _row(-5.9, "loses", 0.02)))  # the failing case
-    assert "does not act" not in acting[0] and acting[0].endswith("SGR beats layer-wise at mean λ=1.")
-    assert acting[1].endswith("SGR beats layer-wise at mean λ=1, so Tables 3 and 6 are to be rerun there.")
+    assert inert[0].startswith(
+        "ResNet-32: validation chose mean λ=1 (validation: mean λ=1 83.50 %, mean λ=1000 74.00 %)"
+    )
+    assert "Its term does not act (ratio 0.98 > 0.5): the mechanism precondition is unmet" in inert[0]
+    assert "validation chose the reading whose term acts least" in inert[0] and "by construction" not in inert[0]
+    acting = in_words(_metrics(_row(+1.2, "beats", 0.1), _row(-5.9, "loses", 0.3)))  # the failing case
+    assert "does not act" not in acting[0] and "acts least" not in acting[0]
     unmeasured = in_words(_metrics(_row(+1.2, "beats", None), _row(+0.9, "beats", 0.02)))
     assert "term ratio was not measured" in unmeasured[0] and "does not act" not in unmeasured[0]
-    inert_win = in_words(_metrics(_row(+1.2, "beats", 0.98), _row(-5.9, "loses", 0.02)))[0]
-    assert "does not act" in inert_win and "did not help" not in inert_win  # no contradiction with the win
+
+
+def test_in_words_says_the_half_budget_is_pending_until_its_runs_are_in_and_then_gives_it():
+    from gradalign.book.lambda_words import in_words
+
+    metrics = _metrics(_row(+1.2, "beats", 0.1), _row(-5.9, "loses", 0.02))
+    pending = in_words(metrics)
+    assert "+1.20 points at the full budget (beats); at half the budget its runs are not all in yet" in pending[0]
+    assert pending[1].endswith("whether they are rerun waits for the chosen readings' runs at half the budget.")
+    unstable = in_words(metrics, _checks(False, "beats", "within noise", stable=False))
+    assert "at 60 epochs (beats), +1.10 at 30 epochs (within noise): not budget-stable, so not decided" in unstable[0]
+    assert unstable[1].endswith("so they are not rerun.")
+
+
+def test_tables_3_and_6_are_rerun_only_where_the_chosen_reading_wins_at_both_budgets_with_its_term_acting():
+    from gradalign.book.lambda_words import in_words
+
+    acting_win = _metrics(_row(+1.2, "beats", 0.1), _row(-5.9, "loses", 0.02))
+    both = in_words(acting_win, _checks(True, "beats", "beats"))
+    assert "the same decision at both budgets" in both[0]
+    assert both[1].endswith(
+        "at mean λ=1, chosen on validation, SGR beats layer-wise at both budgets with its term "
+        "acting, so Tables 3 and 6 are to be rerun there."
+    )
+    inert_win = in_words(
+        _metrics(_row(+1.2, "beats", 0.98), _row(-5.9, "loses", 0.02)), _checks(True, "beats", "beats")
+    )
+    assert "so they are not rerun" in inert_win[1]  # the failing cases: a term that does not act,
+    at_b_only = in_words(acting_win, _checks(True, "beats", None))
+    assert "rerun there" not in at_b_only[1]  # the full budget alone,
+    table3 = in_words(_metrics(_row(+1.2, "beats", 0.1), _row(-5.9, "loses", 0.02), chosen="mean λ=1000"))
+    assert "rerun there" not in table3[-1]  # and Table 3's own reading
+
+
+def test_a_win_at_a_reading_validation_did_not_choose_grounds_no_rerun():
+    from gradalign.book.lambda_words import in_words
+
+    words = in_words(_metrics(_row(-0.4, "within noise", 0.3), _row(+2.0, "beats", 0.02)), _checks(False, "x", "x"))
+    assert "SGR also beats layer-wise at mean λ=1000 at the full budget: readings validation did not choose" in words[0]
+    assert "rerun there" not in words[1] and words[1].endswith("so they are not rerun.")
+
+
+def test_each_arm_keeps_its_seeds_values_so_the_budget_check_pairs_them():
+    from gradalign.experiments.claim_budget import change
+    from gradalign.experiments.rules import decide
+    from gradalign.experiments.sgr.lambda_study import arm_summary
+
+    def runs(accs):
+        return [
+            {
+                "final_test_acc": a,
+                "diverged": None,
+                "history": {},
+                "train_seconds": 1.0,
+                "epoch_seconds": [1.0],
+                "epochs_done": 1,
+            }
+            for a in accs
+        ]
+
+    full = decide(arm_summary(runs([84.0, 85.0, 86.0])), arm_summary(runs([80.0, 81.5, 82.0])), higher_is_better=True)
+    half = decide(arm_summary(runs([82.0, 83.0, 84.0])), arm_summary(runs([78.0, 79.5, 80.0])), higher_is_better=True)
+    assert full["values_a"] == [84.0, 85.0, 86.0] and half["values_b"] == [78.0, 79.5, 80.0]
+    assert change(full, half)["paired"]  # per seed: the same differences at both budgets, so SE 0
+    unpaired = change({**full, "values_a": None}, half)
+    assert not unpaired["paired"] and unpaired["se"] > 0  # the failing case: no values, Welch's SEs
+
+
+def test_the_committed_choice_is_the_records_once_every_choice_run_is_committed(monkeypatch):
+    """Read from the committed runs (never trained): the reading with the best validation accuracy per network; None
+    while a run it reads is missing."""
+    from gradalign.experiments.sgr import lambda_study
+    from gradalign.store import run_unit
+
+    study = get("sgr.lamfull").resolve("cpu", {})
+    made = lambda_study.committed_choice(study)
+    assert made is not None and set(made["chosen"]) == set(study.networks)
+    for net, accs in made["validation_acc"].items():
+        assert len(accs) == 4 and made["chosen"][net] == choose_reading(accs)
+    first = lambda_study.choice_units(study)[0]
+    read = run_unit.read_entry
+    monkeypatch.setattr(run_unit, "read_entry", lambda folder, u: None if u.key == first.key else read(folder, u))
+    assert lambda_study.committed_choice(study) is None
+    given = get("sgr.lamfull").resolve("cpu", {"chosen": [["resnet32", "mean λ=1"], ["plainnet32", "mean λ=1"]]})
+    assert lambda_study.choice_units(given) == [] and lambda_study.committed_choice(given) is None
 
 
 def test_where_the_whole_split_trains_every_reading_gets_its_own_choice_run():
