@@ -246,6 +246,26 @@ def test_in_words_says_the_half_budget_is_pending_until_its_runs_are_in_and_then
     assert unstable[1].endswith("so they are not rerun.")
 
 
+def test_in_words_waits_for_half_the_budget_only_where_a_rerun_is_still_possible_and_reads_every_budget_shape():
+    from gradalign.book.lambda_words import in_words
+
+    inert = in_words(_metrics(_row(+0.3, "within noise", 1.01), _row(-5.9, "loses", 0.02)))  # no B/2 runs yet
+    assert "its runs are not all in yet" in inert[0] and inert[1].endswith("so they are not rerun.")
+    acting = _metrics(_row(+1.2, "beats", 0.1), _row(-5.9, "loses", 0.3))
+    why = {"sgr_beats_layerwise_resnet32": {"passed": False, "budget": {"stable": False, "why": "no decision at 30"}}}
+    assert "+1.20 points at the full budget (beats); no decision at 30." in in_words(acting, why)[0]
+    part = {"stable": False, "comparisons": {"": {"stable": False}}, "budgets": ["60 epochs", "30 epochs"]}
+    missing = in_words(acting, {"sgr_beats_layerwise_resnet32": {"passed": False, "budget": part}})
+    assert "(beats); not decided at half the budget" in missing[0]  # a comparison missing at B/2: no KeyError
+    table3 = in_words(_metrics(_row(+1.2, "beats", 0.1), _row(-5.9, "loses", 0.3), "mean λ=1000"))
+    assert "rerun there" not in table3[-1]
+    table3_rows = {"resnet32": {"mean λ=1000": _row(+1.2, "beats", 0.1)}}
+    wins = {**_metrics(_row(0, "", 0), _row(0, "", 0), "mean λ=1000"), "rows": table3_rows}
+    assert in_words(wins, _checks(True, "beats", "beats"))[1].endswith(
+        "where SGR beats layer-wise at both budgets: no rerun is needed."
+    )
+
+
 def test_tables_3_and_6_are_rerun_only_where_the_chosen_reading_wins_at_both_budgets_with_its_term_acting():
     from gradalign.book.lambda_words import in_words
 
@@ -270,7 +290,7 @@ def test_a_win_at_a_reading_validation_did_not_choose_grounds_no_rerun():
     from gradalign.book.lambda_words import in_words
 
     words = in_words(_metrics(_row(-0.4, "within noise", 0.3), _row(+2.0, "beats", 0.02)), _checks(False, "x", "x"))
-    assert "SGR also beats layer-wise at mean λ=1000 at the full budget: readings validation did not choose" in words[0]
+    assert "SGR beats layer-wise at mean λ=1000 at the full budget: a reading validation did not choose" in words[0]
     assert "rerun there" not in words[1] and words[1].endswith("so they are not rerun.")
 
 

@@ -70,17 +70,23 @@ def test_a_run_that_diverges_here_is_put_back_unless_asked_to_drop_it(store, tmp
     lines = []
 
     def diverges(unit, cache, threads, committed):
-        raise DivergenceError("the loss became NaN at step 200; lower the rate")
+        if unit.key == "a":
+            raise DivergenceError("the loss became NaN at step 200; lower the rate")
+        _entry(runs, unit.kind, unit.key, "def")
 
     monkeypatch.setattr("gradalign.compute.sweep.compute_unit", diverges)
     with pytest.raises(DivergenceError):
         legacy_dirty.retrain("x", runs, names, tmp_path / "cache", echo=lines.append)
     assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"  # put back
+    _entry(runs, "k", "b", "abc+dirty")  # a second legacy CPU entry, after the one that diverges
+    names.add("k/b")
     assert legacy_dirty.retrain("x", runs, names, tmp_path / "c2", echo=lines.append, drop_diverged=True) == 1
     assert not (runs / "k" / "a.json").exists()
-    assert lines[-1] == (
-        "diverged here, entry removed: run a (the loss became NaN at step 200); assemble x's records again"
-    )
+    assert json.loads((runs / "k" / "b.json").read_text())["provenance"]["git_commit"] == "def"  # the next trained
+    assert lines[-2:] == [
+        "diverged here, entry removed: run a (the loss became NaN at step 200); assemble x's records again",
+        "ok   run b",
+    ]
 
 
 def test_cuda_entries_are_retrained_here_only_when_asked_and_their_moves_are_said(store, tmp_path, monkeypatch):
@@ -120,6 +126,9 @@ def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         legacy_dirty.main(["lga.fig3", "--drop-diverged"])
     assert "--drop-diverged trains: give --train with it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        legacy_dirty.main(["lga.fig3", "--train", "--drop-diverged", "--cache", str(tmp_path / "fresh")])
+    assert "lga.fig3 do not score a divergence of their runs themselves" in capsys.readouterr().err
 
 
 def test_an_unclaimed_entry_is_rebuilt_from_its_spec_and_a_wrong_key_or_kind_is_refused(tmp_path, monkeypatch):

@@ -57,6 +57,10 @@ def element_units(element_id: str) -> list:
     return list({(u.kind, u.key): u for u in units}.values())
 
 
+SCORES_DIVERGENCE = ("sgr.tab4", "sgr.fig2", "sgr.fig3", "sgr.fig4")
+"""Elements whose code scores a divergence of their runs itself (`--drop-diverged`): Table 4's tuning (`bp_free.tune`:
+a diverged tuning run scores 0) and final runs (`bp_free._tuned_runs`: the next rate), which Figures 2-4 share."""
+
 UNCLAIMED = "unclaimed"
 REBUILT = {
     "sgr.local": ("gradalign.training.local", "LocalRunSpec", "local_unit"),
@@ -152,8 +156,8 @@ def retrain(
 ) -> int:
     """Train the element's legacy CPU entries (and its CUDA ones when `cuda_here`) again here, one at a time, into the
     fresh run cache `cache` (an entry cached from the dirty run would be read back, not trained); each entry is
-    replaced only once its run finished. Returns how many were trained. Remove them from the list afterwards (the
-    clean-tree test says which); after CUDA ones, assemble the records that read them again.
+    replaced only once its run finished. Returns how many were trained (a dropped one is not). Remove them from the
+    list afterwards (the clean-tree test says which); after CUDA ones, assemble the records that read them again.
 
     A run that diverges here (today's loop stops a run at a NaN or back at chance, which an older loop stored as a
     finished run at chance) raises DivergenceError with its old entry put back; with `drop_diverged` its entry is
@@ -167,6 +171,7 @@ def retrain(
     todo = [u for u, p in legacy_of(element_id, runs, names) if p["device"] in devices]
     what = " and ".join(d.upper() for d in devices)
     echo(f"{element_id}: {len(todo)} {what} entr{'y' if len(todo) == 1 else 'ies'} to train again here")
+    trained = 0
     for unit in todo:
         path = runs / unit.kind / f"{unit.key}.json"
         kept = path.read_bytes()
@@ -187,7 +192,8 @@ def retrain(
             raise
         change = moved(json.loads(kept), json.loads(path.read_text()))
         echo(f"ok   {unit.label}" + (f" (moved: {change})" if change else ""))
-    return len(todo)
+        trained += 1
+    return trained
 
 
 def stop_cleanly_on_sigterm() -> None:
@@ -230,6 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     for flag, given in (("--cuda-here", args.cuda_here), ("--drop-diverged", args.drop_diverged)):
         if given and not args.train:
             parser.error(f"{flag} trains: give --train with it")
+    others = [e for e in (args.elements or [UNCLAIMED]) if e not in SCORES_DIVERGENCE]
+    if args.drop_diverged and others:
+        parser.error(f"--drop-diverged: {', '.join(others)} do not score a divergence of their runs themselves")
     if args.train and cache.exists() and any(cache.iterdir()):
         parser.error(f"{cache} is not empty: give a fresh run cache, so that no dirty run is read back")
     runs, names = results_root() / "runs", listed()
