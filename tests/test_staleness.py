@@ -260,10 +260,53 @@ def test_a_canary_is_compared_with_one_of_the_records_cpu_kind_where_it_can_be(s
     assert code_status(record)["why"] == "smoke canary differs" and ran == []
 
 
+def test_a_record_stamped_on_this_cpu_kind_too_is_compared_with_that_canary(smoke_record):
+    """A record whose canary ran on another CPU kind, and whose code's canary on this kind was added while it was
+    current (`by_cpu`): today's canary here is compared with that one. The failing case: a `by_cpu` digest that
+    today's canary does not give leaves the record stale, and says on which kind it differs."""
+    from gradalign.records.canary import code_status, cpu_kind
+
+    here = cpu_kind()
+    record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
+    today = record["provenance"]["canary"]["digest"]
+    record["provenance"]["canary"] = {**record["provenance"]["canary"], "digest": "e" * 16, "cpu": "OTHER"}
+    assert code_status(record)["state"] == "stale"  # the other kind's digest alone cannot clear it
+    record["provenance"]["canary"]["by_cpu"] = {here: today}
+    status = code_status(record)
+    assert status["state"] == "current by canary" and f"on this CPU kind ({here})" in status["why"]
+    record["provenance"]["canary"]["by_cpu"] = {here: "f" * 16}
+    status = code_status(record)
+    assert status["state"] == "stale" and status["why"] == f"smoke canary differs (on this CPU kind, {here})"
+
+
+def test_stamp_this_cpu_adds_this_kinds_canary_to_current_records_only(smoke_record, tmp_path):
+    """`stamp_this_cpu` gives a current record, stamped on another kind, its canary on this kind; a stale record
+    (its canary differs on its own kind) gets none, and a record of this kind is left as it is."""
+    import json
+
+    from gradalign.records.canary import code_status, cpu_kind
+    from gradalign.records.canary_stamp import stamp_this_cpu
+    from gradalign.records.results import ResultStore
+
+    here, store = cpu_kind(), ResultStore(tmp_path / "results")
+    (path,) = store.root.glob("lga/*/*.json")
+    digest = smoke_record["provenance"]["canary"]["digest"]
+    for other, expect in (("e" * 16, 0), (digest, 1)):  # stale on its own kind (differs), then current
+        record = _as_if_code_changed(json.loads(path.read_text()))
+        record["provenance"]["canary"] = {**smoke_record["provenance"]["canary"], "digest": other, "cpu": "OTHER"}
+        store.save(record)
+        assert stamp_this_cpu(store, echo=lambda line: None)["stamped"] == expect
+    canary = json.loads(path.read_text())["provenance"]["canary"]
+    assert canary["by_cpu"] == {here: digest} and canary["cpu"] == "OTHER"
+    assert code_status(json.loads(path.read_text()))["state"] == "current by canary"
+    assert stamp_this_cpu(store, echo=lambda line: None)["already"] == 1
+
+
 def test_stamp_gives_a_current_record_its_canary_with_the_cpu_kind_it_ran_on(tmp_path, monkeypatch):
     import json
 
-    from gradalign.records.canary import cpu_kind, stamp
+    from gradalign.records.canary import cpu_kind
+    from gradalign.records.canary_stamp import stamp
     from gradalign.records.results import ResultStore
     from gradalign.records.runner import run
 

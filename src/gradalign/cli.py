@@ -335,7 +335,7 @@ def parser() -> argparse.ArgumentParser:
     from gradalign.compute.window_cli import add_parsers as add_window_parsers  # light: torch is imported when it runs
 
     add_window_parsers(sub)
-    from gradalign.records.canary import add_parser as add_stale_parser
+    from gradalign.records.canary_stamp import add_parser as add_stale_parser
 
     add_stale_parser(sub)
     b = sub.add_parser("book", help="execute the notebooks that changed and build the HTML book")

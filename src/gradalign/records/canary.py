@@ -21,9 +21,11 @@ of CPU: torch dispatches other kernels by the CPU's instruction set (`cpu_kind`:
 2026-11-28 15 canaries run on an AVX2 EPYC differed from the AVX512 ones of the same code. So a canary names its
 CPU kind (the record's, and each kept one); a kept canary of the record's kind is used where there is one, a
 machine of that kind runs and keeps one where there is none (`_todays`), and a digest that differs across kinds
-leaves the record stale with that said, never blamed on the code alone. Timing metrics (seconds, memory) are left
-out of the digest; a canary whose two runs disagree even so is not stored (`stamp`), and its record cannot be
-cleared by a canary.
+leaves the record stale with that said, never blamed on the code alone. A record may also carry its code's canary
+on other kinds (`by_cpu`, added while its code was current: `canary_stamp.stamp_this_cpu`); on a machine of such a
+kind, today's canary there is compared with it, so that code can be moved on any CPU the records were stamped on.
+Timing metrics (seconds, memory) are left out of the digest; a canary whose two runs disagree even so is not
+stored (`canary_stamp.stamp`), and its record cannot be cleared by a canary.
 """
 
 from __future__ import annotations
@@ -33,13 +35,11 @@ import hashlib
 import json
 import os
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from gradalign.store.atomic import write_json_atomically
-from gradalign.elements import PARTS
 from gradalign.store.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint, where_defined
 
 TIMING = re.compile(
@@ -225,7 +225,12 @@ def code_status(record: dict, run: bool = True) -> dict | None:
     fmt = canary.get("format", 1)
     if fmt not in FORMATS:
         return {"state": "stale", "changed": changed, "why": f"its canary has an unknown format {fmt!r}"}
-    kind = canary.get("cpu")
+    kind, here = canary.get("cpu"), cpu_kind()
+    also = canary.get("by_cpu")
+    if kind != here and isinstance(also, dict) and isinstance(also.get(here), str):
+        like = _on_this_kind(record, behaviour, fmt, run, also[here], here, changed)
+        if like is not None:
+            return like
     today, today_kind = _todays(record["id"], behaviour, fmt, run, kind)
     if today is None:  # not kept (or unreadable) and not to be run here
         return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
@@ -240,16 +245,20 @@ def code_status(record: dict, run: bool = True) -> dict | None:
     return {"state": "stale", "changed": changed, "why": "smoke canary differs"}
 
 
-def _twice(element_id: str) -> str | None:
-    """The canary digest (`FORMAT`) when two runs agree; None when they differ or the experiment has no smoke
-    preset."""
-    from gradalign.errors import ConfigError
-
-    try:
-        first, second = run_canary(element_id), run_canary(element_id)
-    except ConfigError:
+def _on_this_kind(
+    record: dict, behaviour: dict[str, str], fmt: int, run: bool, digest: str, here: str, changed: list[str]
+) -> dict | None:
+    """`code_status` where the record's canary also ran on this machine's CPU kind (`by_cpu`, `canary_stamp.
+    stamp_this_cpu`: while the record was current): today's canary on this kind is compared with that one, like
+    with like. None where today's canary on this kind is neither kept nor to be run here (`code_status` then
+    compares as it would without `by_cpu`)."""
+    today, today_kind = _todays(record["id"], behaviour, fmt, run, here)
+    if today is None or today_kind != here:
         return None
-    return first[FORMAT] if first[FORMAT] == second[FORMAT] else None
+    if today == digest:
+        why = f"smoke canary identical on this CPU kind ({here}), where the record's code ran it too"
+        return {"state": "current by canary", "changed": changed, "why": why}
+    return {"state": "stale", "changed": changed, "why": f"smoke canary differs (on this CPU kind, {here})"}
 
 
 def stale_files(record: dict) -> list[str] | None:
@@ -262,116 +271,6 @@ def stale_files(record: dict) -> list[str] | None:
     return status["changed"] if status["state"] == "stale" else []
 
 
-def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
-    """Add the behaviour fingerprint and the smoke canary to every stored record whose library files are
-    byte for byte today's (so today's code is the code that computed it) and that lacks them (`force`: also
-    those that have them). The canary runs twice; two different digests leave the record without one."""
-    import datetime as _dt
-
-    from gradalign.records.results import ResultStore
-
-    store = store or ResultStore()
-    counts = {"stamped": 0, "already": 0, "not current": 0, "no canary": 0}
-    canaries: dict[str, str | None] = {}
-    for path in sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json")):
-        record = json.loads(path.read_text())
-        provenance = record.get("provenance", {})
-        module = _module(record["id"])
-        if not isinstance(provenance.get("code"), dict) or changed_files(provenance["code"], code_fingerprint(module)):
-            counts["not current"] += 1
-            continue
-        canary = provenance.get("canary")
-        if (
-            not force
-            and isinstance(provenance.get("behaviour"), dict)
-            and isinstance(canary, dict)
-            and canary.get("torch") == _torch_version()
-        ):
-            counts["already"] += 1
-            continue
-        if record["id"] not in canaries:
-            canaries[record["id"]] = _twice(record["id"])
-        provenance["behaviour"] = behaviour_fingerprint(module)
-        digest = canaries[record["id"]]
-        if digest is None:
-            provenance.pop("canary", None)
-            counts["no canary"] += 1
-        else:
-            provenance["canary"] = {
-                "digest": digest,
-                "format": FORMAT,
-                "torch": _torch_version(),
-                "preset": "smoke",
-                "threads": 1,
-                "cpu": cpu_kind(),
-            }
-        record["stamped"] = {
-            "date": _dt.date.today().isoformat(),
-            "note": "behaviour fingerprint and smoke canary of the unchanged code",
-        }
-        if store.save(record) != path:
-            raise ValueError(f"{path}: the stamped record would move")
-        counts["stamped"] += 1
-        echo(
-            f"{record['id']} [{path.stem.split('-')[0]}]: "
-            + ("stamped" if digest else "stamped, no canary (two smoke runs differ)")
-        )
-    return counts
-
-
-def add_parser(sub) -> None:
-    """`gradalign stale` on the command line's subparsers."""
-    p = sub.add_parser("stale", help="each stored record: current, current by canary, or stale (and what changed)")
-    p.add_argument("--stamp", action="store_true", help="first stamp the current records with behaviour and canary")
-    p.add_argument("--results", default=None, help="results store (default: the checkout's results/)")
-    p.set_defaults(func=cmd_stale)
-
-
-def cmd_stale(args) -> int:
-    """Each stored record's code status, one line each (the canary runs where a record's code changed); exit 1
-    when any record is stale."""
-    from gradalign.records import storage
-    from gradalign.store.store_root import results_root
-
-    store = storage.result_store(args.results)
-    storage.check_results_exist(store.root)
-    if args.stamp:
-        storage.check_results_writable(store.root)
-        print(stamp(store))
-    counts: dict[str, int] = {}
-    for path in sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json")):
-        record = json.loads(path.read_text())
-        status = code_status(record)
-        state = status["state"] if status else "unknown"
-        counts[state] = counts.get(state, 0) + 1
-        detail = f" ({status['why']}; changed: {', '.join(status['changed'])})" if status and status["changed"] else ""
-        print(f"{record['id']} [{path.stem.split('-')[0]}]: {state}{detail}")
-    print(", ".join(f"{n} {state}" for state, n in sorted(counts.items())) or "no stored record")
-    removed = _prune_canaries()
-    print(
-        f"canaries: today's kept in {results_root() / 'canaries'}, {len(removed)} of older code removed"
-        " (in a checkout, commit that folder: a fresh clone then reads them instead of running them)"
-    )
-    return 1 if counts.get("stale") else 0
-
-
-def _prune_canaries() -> list[Path]:
-    """Keep only today's canary of each experiment under `<results>/canaries/` (older code's are never read); the
-    files removed."""
-    from gradalign.experiments import EXPERIMENTS
-    from gradalign.store.store_root import results_root
-
-    removed = []
-    for element_id, exp in EXPERIMENTS.items():
-        today = _cache_path(element_id, behaviour_fingerprint(exp.run.__module__))
-        for path in (results_root() / "canaries" / element_id).glob("*.json"):
-            if path != today:
-                with contextlib.suppress(OSError):
-                    path.unlink()
-                    removed.append(path)
-    return removed
-
-
 def missing_canaries(records: list[dict]) -> list[str]:
     """The ids of `records` whose code changed since they were computed and whose canary on today's code is not
     kept under `<results>/canaries/` (each would run a smoke canary wherever its status is asked: the book, the
@@ -382,17 +281,3 @@ def missing_canaries(records: list[dict]) -> list[str]:
         if status and status["why"] == "smoke canary not run on today's code":
             missing.add(record["id"])
     return sorted(missing)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m gradalign.records.canary [--stamp]`: the same as `gradalign stale`."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m gradalign.records.canary", description=__doc__.splitlines()[0])
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(["stale", *(argv if argv is not None else sys.argv[1:])])
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
