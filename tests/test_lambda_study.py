@@ -297,7 +297,7 @@ def test_a_win_at_a_reading_validation_did_not_choose_grounds_no_rerun():
 def test_each_arm_keeps_its_seeds_values_so_the_budget_check_pairs_them():
     from gradalign.experiments.claim_budget import change
     from gradalign.experiments.rules import decide
-    from gradalign.experiments.sgr.lambda_study import arm_summary
+    from gradalign.experiments.sgr.local_runs import summary_with_values
 
     def runs(accs):
         return [
@@ -312,8 +312,9 @@ def test_each_arm_keeps_its_seeds_values_so_the_budget_check_pairs_them():
             for a in accs
         ]
 
-    full = decide(arm_summary(runs([84.0, 85.0, 86.0])), arm_summary(runs([80.0, 81.5, 82.0])), higher_is_better=True)
-    half = decide(arm_summary(runs([82.0, 83.0, 84.0])), arm_summary(runs([78.0, 79.5, 80.0])), higher_is_better=True)
+    arm = summary_with_values
+    full = decide(arm(runs([84.0, 85.0, 86.0])), arm(runs([80.0, 81.5, 82.0])), higher_is_better=True)
+    half = decide(arm(runs([82.0, 83.0, 84.0])), arm(runs([78.0, 79.5, 80.0])), higher_is_better=True)
     assert full["values_a"] == [84.0, 85.0, 86.0] and half["values_b"] == [78.0, 79.5, 80.0]
     assert change(full, half)["paired"]  # per seed: the same differences at both budgets, so SE 0
     unpaired = change({**full, "values_a": None}, half)

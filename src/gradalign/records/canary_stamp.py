@@ -130,7 +130,7 @@ def stamp_this_cpu(store=None, echo=print) -> dict[str, int]:
             counts["no canary"] += 1
             continue
         canary["by_cpu"] = {**(canary.get("by_cpu") or {}), here: digests[canary.get("format", 1)]}
-        _save(store, record, path, f"smoke canary on a {here} CPU added, the record being {status['state']}")
+        _save(store, record, path, f"smoke canary on a CPU of kind {here} added, the record being {status['state']}")
         counts["stamped"] += 1
         echo(f"{record['id']} [{path.stem.split('-')[0]}]: {here} canary added ({status['state']})")
     return counts

@@ -22,7 +22,12 @@ from gradalign.experiments.base import Experiment
 from gradalign.experiments.rules import per_column, sig
 from gradalign.experiments.sgr.bp_free import BPFreeConfig, table4, table4_checks, table4_unused, table4_units
 from gradalign.experiments.sgr.bp_free_presets import NO_AUGMENTATION, NOTE, PRESETS as MLP_PRESETS, TUNED, WIDE
-from gradalign.experiments.sgr.local_runs import CALIBRATED, half_budget, local_scale, summary  # half: tune_epochs kept
+from gradalign.experiments.sgr.local_runs import (  # half_budget: tune_epochs kept
+    CALIBRATED,
+    half_budget,
+    local_scale,
+    summary_with_values,
+)
 from gradalign.training.local import RUN_VERSION
 
 NOTEBOOK = "notebooks/sgr/04_bp_free.ipynb"
@@ -32,11 +37,6 @@ PAPER_LINES = (
     "'a 4-layer PlainNet'; Table 4's FA / DRTP / PEPITA rows: Dellaferrera & Kreiman (2022), whose conv network is "
     "conv 3 -> 32 (5 x 5), ReLU, max-pool 2, linear"
 )
-
-
-def _with_values(runs: list[dict]) -> dict:
-    """`local_runs.summary` with the per-seed final accuracies (`values`: the budget check pairs them by seed)."""
-    return {**summary(runs), "values": [r["final_test_acc"] for r in runs]}
 
 
 def _final_rates(out: dict, cfg: BPFreeConfig, dataset: str) -> dict[str, float | None]:
@@ -66,7 +66,7 @@ def table4_conv(cfg: BPFreeConfig, device) -> dict:
             except DivergenceError as err:
                 diverged.setdefault(d, {})[m] = str(err).split(";")[0]
                 continue
-            tables[d][m] = _with_values(runs)
+            tables[d][m] = summary_with_values(runs)
     out["metrics"]["half"] = {"epochs": half.protocol.epochs, "table": tables, "diverged": diverged}
     out["metrics"]["train_seconds"] += sum(s["train_seconds"] for t in tables.values() for s in t.values())
     return out

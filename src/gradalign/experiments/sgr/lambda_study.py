@@ -42,7 +42,7 @@ from gradalign.config import require
 from gradalign.experiments.base import Experiment, never_used, outcome
 from gradalign.experiments.rules import compare, decide, mechanism_active, sig
 from gradalign.experiments.sgr.local_bp import TABLE3_CPU, TABLE3_PRESETS, Table3Config
-from gradalign.experiments.sgr.local_runs import CALIBRATED, curves_of, run_group, scope, summary
+from gradalign.experiments.sgr.local_runs import CALIBRATED, curves_of, run_group, scope, summary_with_values
 from gradalign.training.local import RUN_VERSION
 
 NOTEBOOK = "notebooks/sgr/02_local_bp.ipynb"
@@ -163,12 +163,6 @@ def term_ratio(sgr_runs: list[dict], layerwise_runs: list[dict], features: list[
     return sig((sum(sgr) / len(sgr)) / (sum(ref) / len(ref)))
 
 
-def arm_summary(runs: list[dict]) -> dict:
-    """An arm's summary over seeds with its per-seed final test accuracies, which `rules.decide` keeps, so that the
-    budget check pairs the two budgets' differences by seed (`claim_budget.change`)."""
-    return {**summary(runs), "values": [r["final_test_acc"] for r in runs]}
-
-
 def lambda_checks(rows: dict[str, dict], chosen: dict[str, str], modules: int) -> dict:
     """`rows[network][reading]` = {"sgr": summary, "layerwise": summary, ...}; `chosen[network]` = the reading chosen
     on validation: SGR at it beats layer-wise, on every network."""
@@ -257,7 +251,7 @@ def lambda_study(cfg: LambdaStudyConfig, device) -> dict:
         for net in nets:
             sgr = [unit.run() for unit in cfg.sgr_units(net, reduction, lam, device)]
             ref = layerwise[(net, "layerwise", cfg.modules, d)]
-            row = {"sgr": arm_summary(sgr), "layerwise": arm_summary(ref)}
+            row = {"sgr": summary_with_values(sgr), "layerwise": summary_with_values(ref)}
             row["difference"] = decide(row["sgr"], row["layerwise"], higher_is_better=True)
             row["term_ratio"] = term_ratio(sgr, ref, features[net], reduction)
             rows.setdefault(net, {})[name] = row

@@ -196,6 +196,12 @@ def summary(runs: list[dict]) -> dict:
     return out
 
 
+def summary_with_values(runs: list[dict]) -> dict:
+    """`summary` with the per-seed final test accuracies (`values`), which `rules.decide` keeps, so that the budget
+    check pairs the two budgets' differences by seed (`claim_budget.change`)."""
+    return {**summary(runs), "values": [r["final_test_acc"] for r in runs]}
+
+
 def _still_improving(history: dict) -> bool:
     acc = history.get("test_acc", [])
     return bool(acc) and len(acc) > 1 and max(range(len(acc)), key=acc.__getitem__) == len(acc) - 1
