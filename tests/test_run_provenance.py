@@ -97,6 +97,15 @@ def test_the_tensors_device_wins_over_the_value_and_an_accelerator_over_the_cpu(
     assert run_provenance({}, 1.0)["hardware"].startswith("CPU: ")
 
 
+def test_a_cpu_run_names_the_kind_of_cpu_it_ran_on_and_a_gpu_run_does_not(monkeypatch):
+    """Seeded CPU training is bit-identical only on one kind of CPU: a CPU run's provenance names its kind."""
+    import torch
+
+    assert run_provenance({}, 1.0)["cpu_kind"] == torch.backends.cpu.get_cpu_capability() != ""
+    _fake_gpu(monkeypatch)
+    assert "cpu_kind" not in run_provenance({"device": "cuda"}, 1.0)
+
+
 def test_the_loop_notes_the_device_of_the_runs_tensors():
     seen = set()
     token = run_unit._DEVICES.set(seen)

@@ -37,6 +37,14 @@ def hardware(device) -> str:
     return f"CPU: {cpu_name()}, {threads} thread{'s' if threads != 1 else ''} of {os.cpu_count()} cores"
 
 
+def cpu_kind() -> str:
+    """The instruction set torch's CPU kernels dispatch on here ("AVX2", "AVX512", ...): seeded CPU training is
+    bit-identical at one thread on one kind of CPU, not across kinds."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
 def git_commit() -> str:
     root = project_root()
     try:
@@ -61,6 +69,7 @@ def provenance(device, seeds: list[int], wall_time_s: float) -> dict:
 
     return {
         "hardware": hardware(device),
+        "cpu_kind": cpu_kind(),
         "device": str(device),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

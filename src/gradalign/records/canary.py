@@ -39,6 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gradalign.environment import cpu_kind  # MKL, oneDNN choose by CPU model too: a like kind may not suffice
 from gradalign.store.atomic import write_json_atomically
 from gradalign.store.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint, where_defined
 
@@ -113,15 +114,6 @@ def _torch_version() -> str:
     import torch
 
     return torch.__version__
-
-
-def cpu_kind() -> str:
-    """The instruction set torch's own CPU kernels dispatch on here ("AVX2", "AVX512", "DEFAULT", ...). MKL and
-    oneDNN choose their kernels by CPU too (vendor, model), so two CPUs of one kind can still round differently:
-    a like-for-like comparison is necessary for a canary to decide, not always enough."""
-    import torch
-
-    return torch.backends.cpu.get_cpu_capability()
 
 
 def _module(element_id: str) -> str:
