@@ -170,9 +170,11 @@ BOOK_FIXTURES = frozenset({"built", "book_html", "nbval_run"})
 """The fixtures that read the book built from nbval's executed copies (tests/conftest.py)."""
 
 BOOK_FILES = frozenset(
-    f"tests/test_{name}.py" for name in ("book", "book_browser", "book_pages", "book_wording", "notebooks")
+    f"tests/test_{name}.py"
+    for name in ("book", "book_browser", "book_pages", "book_wording", "notebooks", "live_jupyter")
 )
-"""The test files with a test that requests a `BOOK_FIXTURES` fixture (checked at collection)."""
+"""The test files with a test that requests a `BOOK_FIXTURES` fixture (checked at collection). The live-Jupyter
+test reads nbval's smoke records (`nbval_run`), not the book."""
 
 
 def book_readers_outside(items) -> list[str]:

@@ -1,10 +1,14 @@
-"""A notebook in a live JupyterLab, used as a reader of the README would: start `jupyter lab` (the README's
-`make lab`) on 127.0.0.1 with a token and the project's kernel, open an LGA page in headless Chromium, run all its
-cells at `smoke`, move one slider, and check that the figure changed and that no cell shows an error.
+"""The notebooks in a live JupyterLab, used as a reader of the README would: start `jupyter lab` (the README's
+`make lab`) on 127.0.0.1 with a token and the project's kernel; then, for one page of each part, open it in headless
+Chromium, run all its cells at `smoke`, move its first slider, and check that the figure changed and that no cell
+shows an error.
 
 The server's state (runtime files, workspaces, settings) and the smoke runs' records and run cache go to a
-temporary folder. Chromium is the system's (`make browser`), driven by playwright; the network beyond
-127.0.0.1 is cut off.
+temporary folder. Under `make test` that folder starts with a copy of the smoke records nbval's kernels stored
+(`nbval_run`; this file is one of conftest.py's `BOOK_FILES`, run after every notebook): the cells then read them
+(`load_or_run`), as on a reader's second visit, and what is computed live is the kernel, the widgets and each
+slider's redraw. Alone (`pytest tests/test_live_jupyter.py`), the cells compute them. Chromium is the system's
+(`make browser`), driven by playwright; the network beyond 127.0.0.1 is cut off.
 """
 
 from __future__ import annotations
@@ -23,7 +27,12 @@ import pytest
 
 from gradalign.environment import project_root
 
-NOTEBOOK = "notebooks/lga/01_linear_regression.ipynb"  # Figure 1's coordinates, with λ and n_u sliders
+NOTEBOOKS = (  # one page of each part, with its first slider
+    "notebooks/lga/01_linear_regression.ipynb",  # Figure 1's coordinates: λ_ℓ (a log slider), λ_u, n_u
+    "notebooks/metagrad/01_theory.ipynb",  # the first-order approximation's error against α and c
+    "notebooks/sgr/01_theory.ipynb",  # Proposition 3.5's outcome against η‖x0‖² and λ
+    "notebooks/isoloss/02_toy_dynamics.ipynb",  # the toy dynamics: α, learning rate, σ, steps
+)
 START_S, RUN_S = 60, 240
 
 
@@ -34,7 +43,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def lab(tmp_path_factory, nbval_run):
     """A running JupyterLab: (base URL, token). Stopped (its process group) when the module ends."""
     jupyter = Path(sys.executable).with_name("jupyter")
     if not (jupyter.exists() and shutil.which("jupyter-lab", path=str(jupyter.parent))):
@@ -57,10 +66,13 @@ def lab(tmp_path_factory):
     settings = tmp / "settings" / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings"
     settings.parent.mkdir(parents=True)
     settings.write_text('{"windowingMode": "none"}')
-    # the server's root is a copy of the notebook, never the checkout: Lab saves what it runs, and the repository's
+    # the server's root is a copy of the notebooks, never the checkout: Lab saves what it runs, and the repository's
     # notebooks keep no outputs (autosave is off as well)
-    (tmp / "root" / NOTEBOOK).parent.mkdir(parents=True)
-    shutil.copy(project_root() / NOTEBOOK, tmp / "root" / NOTEBOOK)
+    for notebook in NOTEBOOKS:
+        (tmp / "root" / notebook).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(project_root() / notebook, tmp / "root" / notebook)
+    if nbval_run is not None and (nbval_run["dir"] / "results").is_dir():  # the smoke records nbval's kernels stored
+        shutil.copytree(nbval_run["dir"] / "results", tmp / "results")
     autosave = tmp / "settings" / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings"
     autosave.parent.mkdir(parents=True)
     autosave.write_text('{"autosave": false}')
@@ -145,9 +157,21 @@ KERNEL_READY = """() => {
 }"""
 
 
-def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, chromium):
+def shut_down_kernels(base: str, token: str) -> None:
+    """Every kernel the server runs, shut down (a page's kernel would otherwise idle beside the next one's)."""
+    import json
+
+    with urllib.request.urlopen(f"{base}/api/kernels?token={token}", timeout=10) as r:
+        kernels = json.load(r)
+    for kernel in kernels:
+        request = urllib.request.Request(f"{base}/api/kernels/{kernel['id']}?token={token}", method="DELETE")
+        urllib.request.urlopen(request, timeout=30).close()
+
+
+@pytest.fixture(scope="module")
+def lab_page(lab, chromium):
+    """One JupyterLab page for the module's notebooks (Lab boots once; each test opens its notebook in it)."""
     base, token = lab
-    committed = (project_root() / NOTEBOOK).read_bytes()
     context = chromium.new_context(viewport={"width": 1400, "height": 1000})
     context.route(
         "**/*",
@@ -156,11 +180,24 @@ def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, ch
         ),
     )
     page = context.new_page()
+    page.goto(f"{base}/lab?token={token}&reset", wait_until="load")
+    page.wait_for_function("window.jupyterapp && jupyterapp.commands.hasCommand('docmanager:open')", timeout=60_000)
+    yield page
+    context.close()
+
+
+OPENED = """(path) => { const w = jupyterapp.shell.currentWidget;
+  return w && w.context && w.context.path === path && document.querySelector('.jp-NotebookPanel .jp-Cell'); }"""
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, lab_page, notebook):
+    base, token = lab
+    committed = (project_root() / notebook).read_bytes()
+    page = lab_page
     try:
-        page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}&reset", wait_until="load")
-        page.wait_for_function(
-            "window.jupyterapp && document.querySelector('.jp-NotebookPanel .jp-Cell')", timeout=60_000
-        )
+        page.evaluate("(path) => { jupyterapp.commands.execute('docmanager:open', {path}); }", notebook)
+        page.wait_for_function(OPENED, arg=notebook, timeout=60_000)
         page.wait_for_function(KERNEL_READY, timeout=60_000)
         page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
         deadline = time.monotonic() + RUN_S
@@ -170,12 +207,11 @@ def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, ch
             state = page.evaluate(STATE)
         assert not state["errors"], f"cells show errors: {state['errors'][:3]}"
         assert state["ran"] == state["code"], f"{state['ran']} of {state['code']} cells ran in {RUN_S} s"
-        assert not state["errors"], f"cells show errors: {state['errors'][:3]}"
         assert state["sliders"] >= 1, "no slider in the notebook's live output"
         page.wait_for_function(f"({FIGURE})().length > 0", timeout=60_000)
         before = page.evaluate(FIGURE)
 
-        handle = page.locator(".jp-Notebook .widget-slider .noUi-handle").first  # λ_ℓ, a FloatLogSlider
+        handle = page.locator(".jp-NotebookPanel .widget-slider .noUi-handle").first
         handle.scroll_into_view_if_needed()
         handle.focus()
         for _ in range(4):
@@ -185,6 +221,7 @@ def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, ch
         )
         state = page.evaluate(STATE)
         assert not state["errors"], f"moving the slider shows errors: {state['errors'][:3]}"
-    finally:
-        context.close()
-    assert (project_root() / NOTEBOOK).read_bytes() == committed, "the live session wrote into the checkout"
+    finally:  # the notebook closed unsaved (disposed: no dialog), its kernel shut down: the next test sees only its own
+        page.evaluate("() => { const w = jupyterapp.shell.currentWidget; if (w && w.context) w.dispose(); }")
+        shut_down_kernels(base, token)
+    assert (project_root() / notebook).read_bytes() == committed, "the live session wrote into the checkout"
