@@ -262,17 +262,41 @@ def test_a_canary_is_compared_with_one_of_the_records_cpu_kind_where_it_can_be(s
 
 def test_a_record_stamped_on_this_cpu_kind_too_is_compared_with_that_canary(smoke_record):
     """A record whose canary ran on another CPU kind, and whose code's canary on this kind was added while it was
-    current (`by_cpu`): today's canary here is compared with that one. The failing case: a `by_cpu` digest that
-    today's canary does not give leaves the record stale, and says on which kind it differs."""
-    from gradalign.records.canary import code_status, cpu_kind
+    current (`by_cpu`): today's canary here is compared with that one. The failing cases: a `by_cpu` digest that
+    today's canary does not give leaves the record stale, and says on which kind it differs; and where only another
+    kind's canary of today's code is kept and none may run here, the record is not cleared by it, even where its
+    digest equals `by_cpu`'s: the canary is missing."""
+    import json
+
+    from gradalign.records.canary import _cache_path, code_status, cpu_kind, missing_canaries
+    from gradalign.store.fingerprint import behaviour_fingerprint
 
     here = cpu_kind()
     record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
     today = record["provenance"]["canary"]["digest"]
     record["provenance"]["canary"] = {**record["provenance"]["canary"], "digest": "e" * 16, "cpu": "OTHER"}
-    assert code_status(record)["state"] == "stale"  # the other kind's digest alone cannot clear it
     record["provenance"]["canary"]["by_cpu"] = {here: today}
-    status = code_status(record)
+    path = _cache_path("lga.prop1", behaviour_fingerprint("gradalign.experiments.lga.linear"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = {"id": "lga.prop1", "digests": {"1": today, "2": today}, "torch": record["provenance"]["canary"]["torch"]}
+    path.write_text(json.dumps({**kept, "cpu": "THIRD"}))  # another kind's, with the very digest of by_cpu
+    status = code_status(record, run=False)
+    assert status["state"] == "stale" and status["why"] == "smoke canary not run on today's code"
+    assert missing_canaries([record]) == ["lga.prop1"]
+    path.unlink()
+    assert (
+        code_status(
+            {
+                **record,
+                "provenance": {
+                    **record["provenance"],
+                    "canary": {k: v for k, v in record["provenance"]["canary"].items() if k != "by_cpu"},
+                },
+            }
+        )["state"]
+        == "stale"
+    )
+    status = code_status(record)  # runs here, kept beside nothing else
     assert status["state"] == "current by canary" and f"on this CPU kind ({here})" in status["why"]
     record["provenance"]["canary"]["by_cpu"] = {here: "f" * 16}
     status = code_status(record)
@@ -280,24 +304,33 @@ def test_a_record_stamped_on_this_cpu_kind_too_is_compared_with_that_canary(smok
 
 
 def test_stamp_this_cpu_adds_this_kinds_canary_to_current_records_only(smoke_record, tmp_path):
-    """`stamp_this_cpu` gives a current record, stamped on another kind, its canary on this kind; a stale record
-    (its canary differs on its own kind) gets none, and a record of this kind is left as it is."""
+    """`stamp_this_cpu` gives a record that is current by a canary of its own kind (OTHER, kept) its code's canary
+    on this kind, in the record's format; a stale record (its canary differs on its own kind) gets none, and a
+    record that has one is left as it is."""
     import json
 
-    from gradalign.records.canary import code_status, cpu_kind
+    from gradalign.records.canary import _cache_path, code_status, cpu_kind, run_canary
     from gradalign.records.canary_stamp import stamp_this_cpu
     from gradalign.records.results import ResultStore
+    from gradalign.store.fingerprint import behaviour_fingerprint
 
     here, store = cpu_kind(), ResultStore(tmp_path / "results")
     (path,) = store.root.glob("lga/*/*.json")
-    digest = smoke_record["provenance"]["canary"]["digest"]
-    for other, expect in (("e" * 16, 0), (digest, 1)):  # stale on its own kind (differs), then current
+    torch_version = smoke_record["provenance"]["canary"]["torch"]
+    kept = _cache_path("lga.prop1", behaviour_fingerprint("gradalign.experiments.lga.linear"))
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(
+        json.dumps(
+            {"id": "lga.prop1", "digests": {"1": "a" * 16, "2": "b" * 16}, "torch": torch_version, "cpu": "OTHER"}
+        )
+    )
+    for digest, expect in (("e" * 16, 0), ("a" * 16, 1)):  # stale on its own kind (differs), then current by it
         record = _as_if_code_changed(json.loads(path.read_text()))
-        record["provenance"]["canary"] = {**smoke_record["provenance"]["canary"], "digest": other, "cpu": "OTHER"}
+        record["provenance"]["canary"] = {"digest": digest, "format": 1, "torch": torch_version, "cpu": "OTHER"}
         store.save(record)
         assert stamp_this_cpu(store, echo=lambda line: None)["stamped"] == expect
     canary = json.loads(path.read_text())["provenance"]["canary"]
-    assert canary["by_cpu"] == {here: digest} and canary["cpu"] == "OTHER"
+    assert canary["by_cpu"] == {here: run_canary("lga.prop1")[1]} and canary["digest"] == "a" * 16
     assert code_status(json.loads(path.read_text()))["state"] == "current by canary"
     assert stamp_this_cpu(store, echo=lambda line: None)["already"] == 1
 

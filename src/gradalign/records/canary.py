@@ -243,10 +243,13 @@ def _on_this_kind(
     """`code_status` where the record's canary also ran on this machine's CPU kind (`by_cpu`, `canary_stamp.
     stamp_this_cpu`: while the record was current): today's canary on this kind is compared with that one, like
     with like. None where today's canary on this kind is neither kept nor to be run here (`code_status` then
-    compares as it would without `by_cpu`)."""
+    compares as it would without `by_cpu`). Where `run` is False and the canary would run here were it allowed (none
+    kept, or only those of other named kinds), it is missing: stale, "not run" (`missing_canaries` lists it)."""
     today, today_kind = _todays(record["id"], behaviour, fmt, run, here)
-    if today is None or today_kind != here:
-        return None
+    if today_kind != here:
+        if not run and (today is None or today_kind is not None):
+            return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
+        return None  # a kept canary that names no kind: never run again here (`_todays`)
     if today == digest:
         why = f"smoke canary identical on this CPU kind ({here}), where the record's code ran it too"
         return {"state": "current by canary", "changed": changed, "why": why}

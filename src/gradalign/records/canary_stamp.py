@@ -29,16 +29,16 @@ from gradalign.records.canary import (
 from gradalign.store.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint
 
 
-def _twice(element_id: str) -> dict[int, str] | None:
-    """The canary's digests in every format when two runs agree; None when they differ or the experiment has no
-    smoke preset."""
+def _twice(element_id: str) -> dict[int, str]:
+    """The canary's digest in each format in which two runs agree (format 1 may differ where format 2 agrees:
+    `canary.FORMATS`); {} when the experiment has no smoke preset."""
     from gradalign.errors import ConfigError
 
     try:
         first, second = run_canary(element_id), run_canary(element_id)
     except ConfigError:
-        return None
-    return first if first == second else None
+        return {}
+    return {fmt: digest for fmt, digest in first.items() if second.get(fmt) == digest}
 
 
 def _records(store):
@@ -60,7 +60,7 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
 
     store = store or ResultStore()
     counts = {"stamped": 0, "already": 0, "not current": 0, "no canary": 0}
-    canaries: dict[str, dict[int, str] | None] = {}
+    canaries: dict[str, dict[int, str]] = {}
     for path, record in _records(store):
         provenance = record.get("provenance", {})
         module = _module(record["id"])
@@ -80,7 +80,7 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
             canaries[record["id"]] = _twice(record["id"])
         provenance["behaviour"] = behaviour_fingerprint(module)
         digests = canaries[record["id"]]
-        if digests is None:
+        if FORMAT not in digests:
             provenance.pop("canary", None)
             counts["no canary"] += 1
         else:
@@ -96,7 +96,7 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
         counts["stamped"] += 1
         echo(
             f"{record['id']} [{path.stem.split('-')[0]}]: "
-            + ("stamped" if digests else "stamped, no canary (two smoke runs differ)")
+            + ("stamped" if FORMAT in digests else "stamped, no canary (two smoke runs differ)")
         )
     return counts
 
@@ -110,7 +110,7 @@ def stamp_this_cpu(store=None, echo=print) -> dict[str, int]:
 
     store = store or ResultStore()
     here, counts = cpu_kind(), {"stamped": 0, "already": 0, "not current": 0, "no canary": 0}
-    canaries: dict[str, dict[int, str] | None] = {}
+    canaries: dict[str, dict[int, str]] = {}
     for path, record in _records(store):
         canary = record.get("provenance", {}).get("canary")
         if not isinstance(canary, dict) or canary.get("torch") != _torch_version():
@@ -125,11 +125,11 @@ def stamp_this_cpu(store=None, echo=print) -> dict[str, int]:
             continue
         if record["id"] not in canaries:
             canaries[record["id"]] = _twice(record["id"])
-        digests = canaries[record["id"]]
-        if digests is None:
+        digest = canaries[record["id"]].get(canary.get("format", 1))
+        if digest is None:  # two runs differ in the record's format
             counts["no canary"] += 1
             continue
-        canary["by_cpu"] = {**(canary.get("by_cpu") or {}), here: digests[canary.get("format", 1)]}
+        canary["by_cpu"] = {**(canary.get("by_cpu") or {}), here: digest}
         _save(store, record, path, f"smoke canary on a CPU of kind {here} added, the record being {status['state']}")
         counts["stamped"] += 1
         echo(f"{record['id']} [{path.stem.split('-')[0]}]: {here} canary added ({status['state']})")
