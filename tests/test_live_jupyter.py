@@ -183,10 +183,17 @@ def lab_page(lab, chromium):
     page = context.new_page()
     page.goto(f"{base}/lab?token={token}&reset", wait_until="load")
     page.wait_for_function("window.jupyterapp && jupyterapp.commands.hasCommand('docmanager:open')", timeout=60_000)
+    page.evaluate("() => jupyterapp.restored.then(() => true)")  # the workspace restored (a Launcher opened): then open
     yield page
     context.close()
 
 
+OPEN = """async (path) => {  // opened, loaded and made the current widget (not a Launcher the restore opened)
+  const w = await jupyterapp.commands.execute('docmanager:open', {path});
+  await w.context.ready;
+  jupyterapp.shell.activateById(w.id);
+  return true;
+}"""
 OPENED = """(path) => { const w = jupyterapp.shell.currentWidget;
   return w && w.context && w.context.path === path && document.querySelector('.jp-NotebookPanel .jp-Cell'); }"""
 
@@ -197,7 +204,7 @@ def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, la
     committed = (project_root() / notebook).read_bytes()
     page = lab_page
     try:
-        page.evaluate("(path) => { jupyterapp.commands.execute('docmanager:open', {path}); }", notebook)
+        page.evaluate(OPEN, notebook)
         page.wait_for_function(OPENED, arg=notebook, timeout=60_000)
         page.wait_for_function(KERNEL_READY, timeout=60_000)
         page.evaluate("() => jupyterapp.commands.execute('notebook:run-all-cells')")
