@@ -39,6 +39,14 @@ def test_every_notebook_is_handed_out_before_the_book_readers_the_slowest_first(
     assert ordered[-2:] == ["book", "tests/test_store.py"]
 
 
+def test_the_slowest_test_files_are_handed_out_before_the_others_and_after_the_book():
+    scopes = ["tests/test_store.py", root.SLOW_FILES[1], "book", root.SLOW_FILES[0], "tests/test_layers.py"]
+    ordered = sorted(scopes, key=root.scope_rank)
+    assert ordered == ["book", *root.SLOW_FILES[:2], "tests/test_store.py", "tests/test_layers.py"]
+    missing = [f for f in root.SLOW_FILES if not (root.ROOT / f).exists()]
+    assert missing == [], "a slow file was renamed or removed: update conftest.py's SLOW_FILES"
+
+
 def _run(tmp_path, *entries):
     return {"dir": tmp_path, "expected": set(entries)}
 
