@@ -164,8 +164,7 @@ def cmd_stale(args) -> int:
         storage.check_results_writable(store.root)
         print(stamp_this_cpu(store))
     counts: dict[str, int] = {}
-    for path in sorted(p for part in PARTS for p in store.root.glob(f"{part}/*/*.json")):
-        record = json.loads(path.read_text())
+    for path, record in _records(store):
         status = code_status(record)
         state = status["state"] if status else "unknown"
         counts[state] = counts.get(state, 0) + 1
