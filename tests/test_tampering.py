@@ -224,6 +224,11 @@ def test_strict_json_names_the_non_finite_value():
         dumps_strict({"a": [1.5, {"b": -math.inf}]})
     with pytest.raises(NonFiniteValueError, match="at the top level"):
         dumps_strict(math.nan)
+    loop = {"a": [1.5]}
+    loop["a"].append(loop)
+    with pytest.raises(ValueError, match="Circular reference") as refused:
+        dumps_strict(loop)
+    assert not isinstance(refused.value, NonFiniteValueError)  # json's own error, not a made-up path
     assert loads_strict('{"a": [1.5, -2e300]}') == {"a": [1.5, -2e300]}
     for constant in ("NaN", "Infinity", "-Infinity", "1e400"):
         with pytest.raises(NonFiniteValueError, match=rf"holds {constant} at a\[1\]"):

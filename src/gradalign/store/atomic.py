@@ -179,11 +179,15 @@ def non_finite_path(value: Any, path: str = "") -> str | None:
 
 
 def dumps_strict(value: Any, **kw) -> str:
-    """json.dumps without NaN or Infinity: a non-finite number raises NonFiniteValueError naming its path."""
-    where = non_finite_path(value)
-    if where is not None:
-        raise NonFiniteValueError(f"cannot store a non-finite number at {where}: JSON has no NaN or Infinity")
-    return json.dumps(value, allow_nan=False, **kw)
+    """json.dumps without NaN or Infinity: a non-finite number raises NonFiniteValueError naming its path. The path
+    is looked for only when json.dumps refused a value (walking every value first took a quarter of a book build)."""
+    try:
+        return json.dumps(value, allow_nan=False, **kw)
+    except ValueError as err:
+        if "Out of range float" not in str(err):
+            raise  # not a non-finite number (a circular reference)
+        where = non_finite_path(value) or "a value json.dumps converted"
+        raise NonFiniteValueError(f"cannot store a non-finite number at {where}: JSON has no NaN or Infinity") from None
 
 
 def dump_json_strict(value: Any, handle: IO, **kw) -> None:
