@@ -11,6 +11,7 @@ and sample counts (`n_train`, `n_test`, `train_subset`, `n_pool`, `n_labeled`, `
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -36,6 +37,7 @@ MAX_ELEMENTS = MAX_WIDTH**2  # a list of sizes ((m, n), ...): the m x n allocate
 MAX_WIDTH_FACTOR = 16.0  # a network's channels x this: 256x the weights (and activations ~16x) of the paper's
 
 
+@functools.lru_cache(maxsize=None)  # by name only: every settings object asks it for every field
 def _size_rule(name: str) -> tuple[float, str] | None:
     """The upper bound of an integer (or width-factor) field called `name`, and why; None: no bound by name."""
     if name == "seed" or name.endswith("_seed"):
