@@ -1,8 +1,9 @@
 """The book build's memo of stored reads: each record and committed run parsed and checked once while its file is
 unchanged (`memoized_reads`), for the stretch of a build in which nothing writes to the store.
 
-The memo swaps `ResultStore.load`, `run_unit.read_entry` and `fingerprint.module_file` for remembering wrappers
-inside the block and restores them after it: the callers look those names up on their modules when they call.
+The memo swaps `ResultStore.load` and `run_unit.read_entry` for remembering wrappers inside the block and restores
+them after it: the callers look those names up on their modules when they call. (Module names need no memo:
+`fingerprint.library_closure` finds them in one walk of the package.)
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ def _stat_key(path: Path) -> tuple | None:
 @contextlib.contextmanager
 def memoized_reads():
     """Within this block a stored record (`ResultStore.load`) or committed run entry (`run_unit.read_entry`) that
-    was read and checked once is not parsed and checked again while its file is unchanged, and a module name is
-    looked up once (`fingerprint.module_file`).
+    was read and checked once is not parsed and checked again while its file is unchanged.
 
     The generated pages read the same few hundred files thousands of times (each record's preconditions read its
     runs again; the report, the scoreboards and the compute page read every record again), and each read parses
@@ -45,10 +45,10 @@ def memoized_reads():
         yield
         return
     from gradalign.records.results import ResultStore
-    from gradalign.store import fingerprint, run_unit
+    from gradalign.store import run_unit
 
     memo: dict = {}
-    load, read_entry, module_file = ResultStore.load, run_unit.read_entry, fingerprint.module_file
+    load, read_entry = ResultStore.load, run_unit.read_entry
 
     def remembered(key, read):
         if key[0] is not None and key in memo:
@@ -72,17 +72,13 @@ def memoized_reads():
         key = (_stat_key(path), "run", unit.kind, run_key, repr(unit.version), spec)
         return remembered(key, lambda: read_entry(folder, unit))
 
-    @functools.lru_cache(maxsize=None)
-    def memo_module_file(name, package=fingerprint.PACKAGE):
-        return module_file(name, package)
-
-    ResultStore.load, run_unit.read_entry, fingerprint.module_file = memo_load, memo_read_entry, memo_module_file
+    ResultStore.load, run_unit.read_entry = memo_load, memo_read_entry
     _active = True
     try:
         yield
     finally:
         _active = False
-        ResultStore.load, run_unit.read_entry, fingerprint.module_file = load, read_entry, module_file
+        ResultStore.load, run_unit.read_entry = load, read_entry
 
 
 def reads_once(function):
