@@ -188,14 +188,14 @@ def lab_page(lab, chromium):
     context.close()
 
 
-OPEN = """async (path) => {  // opened, loaded and made the current widget (not a Launcher the restore opened)
-  const w = await jupyterapp.commands.execute('docmanager:open', {path});
-  await w.context.ready;
-  jupyterapp.shell.activateById(w.id);
+OPEN = """async (path) => {  // opened and made the current widget (not a Launcher the restore opened); OPENED waits
+  const w = await jupyterapp.commands.execute('docmanager:open', {path});  // for it to load (polled: awaiting
+  jupyterapp.shell.activateById(w.id);  // context.ready here once failed, "Resulting promise was garbage collected")
   return true;
 }"""
 OPENED = """(path) => { const w = jupyterapp.shell.currentWidget;
-  return w && w.context && w.context.path === path && document.querySelector('.jp-NotebookPanel .jp-Cell'); }"""
+  return w && w.context && w.context.path === path && w.context.isReady
+    && document.querySelector('.jp-NotebookPanel .jp-Cell'); }"""
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
