@@ -80,6 +80,21 @@ def _closure(module: str, package: Path) -> list[Path]:
     return library_closure(f"import {module}", parents=False, package=package)
 
 
+def test_the_module_index_finds_what_import_finds_a_package_before_a_module_of_its_name(tmp_path):
+    from gradalign.store.fingerprint import module_index
+
+    for rel in ("__init__.py", "a.py", "b.py", "b/__init__.py", "b/c.py", "b/c/__init__.py", "b/d.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("")
+    index = {name: Path(path).relative_to(tmp_path).as_posix() for name, path in module_index(tmp_path).items()}
+    assert index == {
+        "gradalign": "__init__.py",
+        "gradalign.a": "a.py",
+        "gradalign.b": "b/__init__.py",
+        "gradalign.b.c": "b/c/__init__.py",
+    }
+
+
 @pytest.mark.parametrize(
     "edit, named",
     [

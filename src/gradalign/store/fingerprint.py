@@ -19,17 +19,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1]  # src/gradalign
 
 
-def module_file(name: str, package: Path = PACKAGE) -> Path | None:
-    """The source file of a gradalign module name (`gradalign.a.b`) in `package`, or None."""
-    rel = Path(*name.split(".")[1:])
-    if not rel.parts:
-        return package / "__init__.py"
-    for candidate in (package / rel / "__init__.py", package / rel.with_suffix(".py")):
-        if candidate.exists():
-            return candidate
-    return None
-
-
 @functools.lru_cache(maxsize=1024)
 def gradalign_imports(source: str) -> frozenset[str]:
     """Module names a source text imports from gradalign (a `from a import b` also counts a.b)."""
@@ -71,7 +60,7 @@ def library_closure(source: str, parents: bool = True, package: Path = PACKAGE) 
 
 
 def module_index(package: Path = PACKAGE) -> dict[str, str]:
-    """{module name: source file} of every module in `package`, as `module_file` finds them (a package's
+    """{module name: source file} of every module in `package`, as Python's import finds them (a package's
     `__init__.py` before a module file of the same name), from one walk of its folders: a closure looks up
     about a hundred names, and two file checks per name took most of its time."""
     root, index = str(package), {}
