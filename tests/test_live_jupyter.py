@@ -134,8 +134,11 @@ def chromium():
         browser.close()
 
 
-FIGURE = """() => [...jupyterapp.shell.currentWidget.node.querySelectorAll('.widget-interact img, .widget-output img')]
-  .map(i => i.src).join(' ')"""
+FIGURE = """() => {  // the images of the slider's own interact box (not any widget output on the page)
+  const slider = jupyterapp.shell.currentWidget.node.querySelector('.widget-slider');
+  const box = slider && slider.closest('.widget-interact');
+  return box ? [...box.querySelectorAll('img')].map(i => i.src).join(' ') : '';
+}"""
 STATE = """() => {  // from the notebook's model (cells out of view may not be drawn) and its kernel
   const panel = jupyterapp.shell.currentWidget, cells = [...panel.content.model.cells].filter(c => c.type === 'code');
   const outputs = cells.flatMap(c => c.outputs.toJSON());

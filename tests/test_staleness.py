@@ -342,8 +342,11 @@ def test_stamp_this_cpu_adds_this_kinds_canary_to_current_records_only(smoke_rec
     for digest, expect in (("e" * 16, 0), ("a" * 16, 1)):  # stale on its own kind (differs), then current by it
         record = _as_if_code_changed(json.loads(path.read_text()))
         record["provenance"]["canary"] = {"digest": digest, "format": 1, "torch": torch_version, "cpu": "OTHER"}
+        record["stamped"] = {"date": "2026-01-01", "note": "an earlier stamp"}  # as records stamped once hold it
         store.save(record)
         assert stamp_this_cpu(store, echo=lambda line: None)["stamped"] == expect
+    stamps = json.loads(path.read_text())["stamped"]  # the earlier stamp kept, this one after it
+    assert [s["note"] for s in stamps][0] == "an earlier stamp" and f"kind {here} added" in stamps[1]["note"]
     canary = json.loads(path.read_text())["provenance"]["canary"]
     assert canary["by_cpu"] == {here: run_canary("lga.prop1")[1]} and canary["digest"] == "a" * 16
     assert code_status(json.loads(path.read_text()))["state"] == "current by canary"

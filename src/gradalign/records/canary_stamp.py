@@ -47,7 +47,11 @@ def _records(store):
 
 
 def _save(store, record: dict, path: Path, note: str) -> None:
-    record["stamped"] = {"date": _dt.date.today().isoformat(), "note": note}
+    """Save `record` where it lies, with `note` added to its stamps (`stamped`: every stamp, oldest first; a
+    record stamped before stamps were kept holds its one stamp as a dict, which becomes the first)."""
+    earlier = record.get("stamped") or []
+    earlier = [earlier] if isinstance(earlier, dict) else list(earlier)
+    record["stamped"] = [*earlier, {"date": _dt.date.today().isoformat(), "note": note}]
     if store.save(record) != path:
         raise ValueError(f"{path}: the stamped record would move")
 
