@@ -143,12 +143,18 @@ STATE = """() => {  // from the notebook's model (cells out of view may not be d
   const panel = jupyterapp.shell.currentWidget, cells = [...panel.content.model.cells].filter(c => c.type === 'code');
   const outputs = cells.flatMap(c => c.outputs.toJSON());
   const kernel = panel.sessionContext.session.kernel;
+  // what the slider's callback prints goes to its interact box's Output widget, not to the cell's outputs
+  const slider = panel.node.querySelector('.widget-slider'), box = slider && slider.closest('.widget-interact');
+  const stderr = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]';
+  const boxed = box ? [...box.querySelectorAll(stderr)]
+    .map(e => e.innerText).filter(t => /Traceback|Error/.test(t)).map(t => t.slice(0, 300)) : [];
   return {
     code: cells.length,
     ran: cells.filter(c => c.executionCount !== null).length,
     busy: kernel.status !== 'idle',
     errors: outputs.filter(o => o.output_type === 'error' || (o.output_type === 'stream' && o.name === 'stderr'
-      && /Traceback|Error/.test(o.text))).map(o => (o.ename ? `${o.ename}: ${o.evalue}` : o.text).slice(0, 300)),
+      && /Traceback|Error/.test(o.text))).map(o => (o.ename ? `${o.ename}: ${o.evalue}` : o.text).slice(0, 300))
+      .concat(boxed),
     sliders: panel.node.querySelectorAll('.widget-slider').length,
   };
 }"""
@@ -198,7 +204,23 @@ OPEN = """async (path) => {  // opened and made the current widget (not a Launch
 }"""
 OPENED = """(path) => { const w = jupyterapp.shell.currentWidget;
   return w && w.context && w.context.path === path && w.context.isReady
-    && document.querySelector('.jp-NotebookPanel .jp-Cell'); }"""
+    && w.node.querySelector('.jp-Cell'); }"""
+
+
+def settled(page, quiet_s: float = 1.0, timeout_s: float = 60.0) -> dict:
+    """STATE once the kernel is idle and the slider's interact box has not changed for `quiet_s`: its Output
+    widget receives what the callback prints after the figure (an error) a little after the figure itself."""
+    box = """() => { const s = jupyterapp.shell.currentWidget.node.querySelector('.widget-slider');
+      const b = s && s.closest('.widget-interact'); return b ? b.innerText + b.querySelectorAll('img').length : ''; }"""
+    deadline, last, since = time.monotonic() + timeout_s, None, time.monotonic()
+    while time.monotonic() < deadline:
+        state, now = page.evaluate(STATE), page.evaluate(box)
+        if state["busy"] or now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return state
+        page.wait_for_timeout(200)
+    pytest.fail(f"the slider's output did not settle in {timeout_s:.0f} s")
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
@@ -229,7 +251,7 @@ def test_a_notebook_runs_in_jupyterlab_and_its_slider_redraws_the_figure(lab, la
         page.wait_for_function(
             f"(before) => {{ const now = ({FIGURE})(); return now && now !== before; }}", arg=before, timeout=60_000
         )
-        state = page.evaluate(STATE)
+        state = settled(page)  # the callback's output complete: an error printed after its figure is seen too
         assert not state["errors"], f"moving the slider shows errors: {state['errors'][:3]}"
     finally:  # the notebook closed unsaved (disposed: no dialog), its kernel shut down: the next test sees only its own
         with contextlib.suppress(Exception):  # a failure here must not hide the test's own

@@ -393,3 +393,26 @@ def test_runs_without_their_hardware_say_so_in_words():
     text = where_computed(provenance)
     assert "unknown" not in text and "2 runs on a machine not recorded" in text
     assert hardware_text("CPU: AMD EPYC, 2 threads of 2 cores") == "AMD EPYC, 2 threads"
+
+
+def test_a_claim_its_runs_did_not_measure_is_marked_and_named_as_not_measured():
+    """An undecided claim whose quantity no run recorded (`not_recorded`, listed with within_noise by the verdict)
+    shows "–" and "not measured", never "≈" or "within noise"; a measured one within noise keeps both."""
+    from gradalign.book.measured import reason_text
+    from gradalign.book.report import checks_markdown, mark
+
+    unmeasured = {"passed": False, "within_noise": True, "not_recorded": True, "value": "not recorded"}
+    noisy = {"passed": False, "within_noise": True, "value": {"diff": 0.1}}
+    record = {
+        "checks": {
+            "closer": {**unmeasured, "claim": "features drawn together", "rule": "MMD must be recorded"},
+            "clusters": {**noisy, "claim": "classes separate", "rule": "Welch"},
+        },
+        "verdict": {"status": "inconclusive", "unmet": [], "unstable": [], "within_noise": ["closer", "clusters"]},
+    }
+    assert [mark(c) for c in record["checks"].values()] == ["–", "≈"]
+    assert mark({"passed": False}) == "✘" and mark({"passed": True, "not_recorded": True}) == "✔"
+    assert reason_text(record) == (
+        "difference within noise: classes separate; not measured by these runs: features drawn together"
+    )
+    assert checks_markdown(record).splitlines()[2].startswith("| – |")

@@ -346,11 +346,17 @@ def test_stamp_this_cpu_adds_this_kinds_canary_to_current_records_only(smoke_rec
         store.save(record)
         assert stamp_this_cpu(store, echo=lambda line: None)["stamped"] == expect
     stamps = json.loads(path.read_text())["stamped"]  # the earlier stamp kept, this one after it
-    assert [s["note"] for s in stamps][0] == "an earlier stamp" and f"kind {here} added" in stamps[1]["note"]
+    assert len(stamps) == 2 and stamps[0]["note"] == "an earlier stamp" and f"kind {here} added" in stamps[1]["note"]
     canary = json.loads(path.read_text())["provenance"]["canary"]
     assert canary["by_cpu"] == {here: run_canary("lga.prop1")[1]} and canary["digest"] == "a" * 16
     assert code_status(json.loads(path.read_text()))["state"] == "current by canary"
     assert stamp_this_cpu(store, echo=lambda line: None)["already"] == 1
+    record = json.loads(path.read_text())  # stamped again (its canary here dropped): a third stamp, none lost
+    del record["provenance"]["canary"]["by_cpu"]
+    store.save(record)
+    assert stamp_this_cpu(store, echo=lambda line: None)["stamped"] == 1
+    assert [s["note"] for s in json.loads(path.read_text())["stamped"]][:2] == [s["note"] for s in stamps]
+    assert len(json.loads(path.read_text())["stamped"]) == 3
 
 
 def test_stamp_gives_a_current_record_its_canary_with_the_cpu_kind_it_ran_on(tmp_path, monkeypatch):

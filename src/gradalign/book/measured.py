@@ -176,8 +176,13 @@ def reason_text(record: dict) -> str:
         parts = []
         if verdict.get("unstable"):
             parts.append("decision not the same at half the budget: " + words(verdict["unstable"]))
-        if verdict.get("within_noise"):
-            parts.append("difference within noise: " + words(verdict["within_noise"]))
+        checks = record.get("checks") or {}
+        unmeasured = [n for n in verdict.get("within_noise", []) if (checks.get(n) or {}).get("not_recorded")]
+        noise = [n for n in verdict.get("within_noise", []) if n not in unmeasured]
+        if noise:
+            parts.append("difference within noise: " + words(noise))
+        if unmeasured:  # listed with within_noise by the verdict (undecided); in words, what it is
+            parts.append("not measured by these runs: " + words(unmeasured))
         return "; ".join(parts)
     if verdict["status"] == "not reproduced":
         return "failed: " + words(verdict["failed"])

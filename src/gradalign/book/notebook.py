@@ -20,8 +20,8 @@ def interactive_session() -> bool:
 
 def checks_table(record: dict):
     """An empirical record's preconditions (is the test valid?), then its claims as a MyST table (mark first: ✔
-    passed, ≈ within noise, ✘ failed; full claims, rounded values), then its verdict with the reason, followed by
-    the project's own targets when it has any (shown apart: they do not enter the verdict)."""
+    passed, ≈ within noise, – not measured, ✘ failed; full claims, rounded values), then its verdict with the reason,
+    followed by the project's own targets when it has any (shown apart: they do not enter the verdict)."""
     from IPython.display import Markdown
 
     from gradalign.book.comparison import paper_vs_ours
@@ -66,7 +66,8 @@ def verdict_markdown(records: list[dict]):
 RULES_TEXT = (
     "*How an empirical verdict is decided (rules version 4):* every comparison uses at least 3 seeds and Welch's t "
     'test of the difference of means (Welch–Satterthwaite degrees of freedom ν); "A beats B" needs t beyond its '
-    'two-sided 5 % critical value t₀.₉₇₅(ν) (≈: within noise, not decided); "A is at least as good as B" passes '
+    "two-sided 5 % critical value t₀.₉₇₅(ν) (≈: within noise, not decided; –: not measured by the runs, not "
+    'decided); "A is at least as good as B" passes '
     "unless A loses beyond it (a tie shows the smallest difference the test could detect at 80 % power). Where "
     "every arm also ran at half the budget, a claim is decided only when its decision is the same at both budgets "
     "(budget-stable). A baseline that cannot fit its labels blocks only a win of the method; a method arm that "

@@ -91,13 +91,18 @@ def cell(text: object) -> str:
 
 
 def mark(c: dict) -> str:
-    """✔ passed, ≈ within noise (not decided), ✘ failed."""
-    return "✔" if c["passed"] else ("≈" if c.get("within_noise") else "✘")
+    """✔ passed, ≈ within noise (not decided), – not measured by the runs (not decided), ✘ failed."""
+    if c["passed"]:
+        return "✔"
+    if c.get("not_recorded"):  # undecided like a difference within noise, but nothing was measured
+        return "–"
+    return "≈" if c.get("within_noise") else "✘"
 
 
 def checks_markdown(record: dict, key: str = "checks") -> str:
     """The checks (or targets, or preconditions) of a record as a table, the mark first: claim, rule, measured.
-    ✔ passed, ≈ not decided: within noise by Welch's t (or too few seeds), or not budget-stable; ✘ failed."""
+    ✔ passed, ≈ not decided: within noise by Welch's t (or too few seeds), or not budget-stable; – not decided:
+    the runs did not measure its quantity; ✘ failed."""
     head = "precondition" if key == "preconditions" else "claim (check)"
     lines = [f"| | {head} | rule | measured |", "| :-: | --- | --- | --- |"]
     for name, c in record.get(key, {}).items():

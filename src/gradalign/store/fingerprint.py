@@ -60,9 +60,10 @@ def library_closure(source: str, parents: bool = True, package: Path = PACKAGE) 
 
 
 def module_index(package: Path = PACKAGE) -> dict[str, str]:
-    """{module name: source file} of every module in `package`, as Python's import finds them (a package's
-    `__init__.py` before a module file of the same name), from one walk of its folders: a closure looks up
-    about a hundred names, and two file checks per name took most of its time."""
+    """{module name: source file} of every module in `package` (a package's `__init__.py` before a module file
+    of the same name, as Python's import takes it), from one walk of its folders: a closure looks up about a
+    hundred names, and two file checks per name took most of its time. The walk also lists names no import
+    reaches (a folder that is not a package); only names taken from import statements are looked up in it."""
     root, index = str(package), {}
     for folder, _, files in os.walk(root):
         rel = os.path.relpath(folder, root)
