@@ -349,3 +349,39 @@ def test_where_the_whole_split_trains_every_reading_gets_its_own_choice_run():
     units = units_of("sgr.lamfull", paper)
     assert HELDOUT not in {u.kind for u in units}
     assert sum(u.spec.get("validation", 0) > 0 for u in units) == len(paper.networks) * len(paper.readings())
+
+
+def test_the_interim_answer_reads_the_records_own_runs_at_both_budgets_and_waits_for_every_one(monkeypatch):
+    """`book.lambda_interim.interim` from the committed runs: each chosen reading's SGR and layer-wise values at both
+    budgets are those runs' final test accuracies (the full budget's first seed: the run that also scored the choice,
+    as the record reads it), its checks carry the record's budget check, and it is None while one run is missing."""
+    from gradalign.book.lambda_interim import interim, interim_rows
+    from gradalign.experiments.claim_budget import half_overrides
+    from gradalign.experiments.units import units_of
+    from gradalign.store import run_unit
+    from gradalign.store.store_root import results_root
+
+    exp = get("sgr.lamfull")
+    full = exp.resolve("cpu", {})
+    result = interim()
+    assert result is not None, "the chosen readings' runs at both budgets are committed (2026-11-28)"
+    chosen = result["metrics"]["chosen"]
+    halved = exp.resolve("cpu", {**half_overrides(full.to_dict()), "chosen": [[n, r] for n, r in chosen.items()]})
+    for cfg, rows in ((full, result["metrics"]["rows"]), (halved, result["half_metrics"]["rows"])):
+        for net, name in chosen.items():
+            units = [
+                u
+                for u in units_of("sgr.lamfull", cfg)
+                if u.spec["network"] == net
+                and u.spec["method"]["method"] == "sgr"
+                and f"{u.spec['method']['reduction']} λ={u.spec['method']['lam']:g}" == name
+            ]
+            values = [run_unit.read_entry(results_root() / "runs", u)["value"]["final_test_acc"] for u in units]
+            assert len(units) == 3 and rows[net][name]["sgr"]["values"] == values
+            assert rows[net][name]["layerwise"]["n"] == 3
+    assert all(c["budget"]["budgets"] == list(result["budgets"]) for c in result["checks"].values())
+    assert len(interim_rows(result)) == 2 * len(chosen)
+    last = units_of("sgr.lamfull", halved)[-1]  # one run at half the budget not committed: no interim answer
+    read = run_unit.read_entry
+    monkeypatch.setattr(run_unit, "read_entry", lambda folder, u: None if u.key == last.key else read(folder, u))
+    assert interim() is None

@@ -163,6 +163,15 @@ def term_ratio(sgr_runs: list[dict], layerwise_runs: list[dict], features: list[
     return sig((sum(sgr) / len(sgr)) / (sum(ref) / len(ref)))
 
 
+def reading_row(sgr: list[dict], layerwise: list[dict], features: list[int], reduction: str) -> dict:
+    """One reading's row on one network: SGR's and layer-wise's final test accuracies over seeds, SGR − layer-wise
+    (`rules.decide`) and the term ratio."""
+    row = {"sgr": summary_with_values(sgr), "layerwise": summary_with_values(layerwise)}
+    row["difference"] = decide(row["sgr"], row["layerwise"], higher_is_better=True)
+    row["term_ratio"] = term_ratio(sgr, layerwise, features, reduction)
+    return row
+
+
 def lambda_checks(rows: dict[str, dict], chosen: dict[str, str], modules: int) -> dict:
     """`rows[network][reading]` = {"sgr": summary, "layerwise": summary, ...}; `chosen[network]` = the reading chosen
     on validation: SGR at it beats layer-wise, on every network."""
@@ -251,9 +260,7 @@ def lambda_study(cfg: LambdaStudyConfig, device) -> dict:
         for net in nets:
             sgr = [unit.run() for unit in cfg.sgr_units(net, reduction, lam, device)]
             ref = layerwise[(net, "layerwise", cfg.modules, d)]
-            row = {"sgr": summary_with_values(sgr), "layerwise": summary_with_values(ref)}
-            row["difference"] = decide(row["sgr"], row["layerwise"], higher_is_better=True)
-            row["term_ratio"] = term_ratio(sgr, ref, features[net], reduction)
+            row = reading_row(sgr, ref, features[net], reduction)
             rows.setdefault(net, {})[name] = row
             curves[f"{d}/{net}/sgr/{name}"] = curves_of(sgr)
             seconds += row["sgr"]["train_seconds"]
