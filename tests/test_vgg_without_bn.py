@@ -27,8 +27,8 @@ def _last_conv_std(init: str, depth: int = 57) -> float:
 def test_the_fan_in_init_keeps_the_signal_of_a_plain_vgg_12_and_torchvisions_shrinks_it():
     """He et al.'s fan-in init keeps a fifth of the input's spread through VGG-12's 10 ReLU convs; torchvision's
     fan-out init loses 8 times more wherever a stage widens (our VGG-12 without BN stayed at chance with it). At
-    VGG-57 on 28-pixel images both vanish: stages 4 and 5 run on 1-pixel maps, where a 3x3 conv sees one ninth
-    of its fan-in (the collapse the no-BN reading tests)."""
+    VGG-57 on 28-pixel images both vanish: stage 5 runs on 1-pixel maps (stage 4 on 3-pixel ones), where a 3x3
+    conv sees one ninth of its fan-in (`analysis.signal_at_init`; the collapse the no-BN reading tests)."""
     assert _last_conv_std("fan_in", 12) > 0.1
     assert _last_conv_std("torchvision", 12) < 0.05
     assert _last_conv_std("fan_in", 57) < 1e-3
