@@ -9,7 +9,8 @@ import torch
 from gradalign.errors import ConfigError
 from gradalign.experiments.sgr.vgg_without_bn import NEAR_CHANCE, choose_rates, no_bn_checks
 from gradalign.models.vgg_deep import vgg_deep
-from gradalign.training.local import LocalRunSpec
+from gradalign.methods.local import LocalSettings
+from gradalign.training.local import LocalRunSpec, SGRProtocol
 
 CHANCE = 10.0
 
@@ -106,3 +107,52 @@ def test_a_local_arm_that_diverges_trains_at_the_next_lower_rate_and_at_every_ra
     monkeypatch.setattr(vgg_without_bn, "run_group", lambda at, jobs, device: fake_group(at.at_rate(1.0), jobs, device))
     runs, arm = vgg_without_bn.deepest_arm(cfg, job, 0.03, CHANCE, "cpu")
     assert runs == [] and arm["lr"] is None and arm["mean"] == CHANCE and arm["diverged"] == cfg.seeds
+
+
+def test_images_are_padded_centred_with_black_and_a_smaller_size_is_refused():
+    from gradalign.training.local_data import pad_images
+
+    images = torch.full((2, 1, 28, 28), 200, dtype=torch.uint8)
+    padded = pad_images(images, 32)
+    assert padded.shape == (2, 1, 32, 32) and padded.dtype == torch.uint8
+    assert torch.equal(padded[..., 2:30, 2:30], images) and int(padded.sum()) == int(images.sum())
+    assert pad_images(torch.ones(1, 1, 3, 3), 6)[0, 0].nonzero().min(0).values.tolist() == [1, 1]  # odd: extra below
+    with pytest.raises(ConfigError, match="pad_to=20 is smaller than the 28x28 images"):
+        pad_images(images, 20)
+
+
+def test_padding_keeps_every_stored_run_key_and_is_for_a_vgg_only():
+    from gradalign.experiments import get
+
+    assert "pad_to" not in LocalRunSpec().to_dict()
+    one = LocalSettings(method="global_bp", modules=1)
+    assert LocalRunSpec(network="vgg12", method=one, pad_to=32).to_dict()["pad_to"] == 32
+    with pytest.raises(ConfigError, match="pad_to"):
+        LocalRunSpec(network="resnet32", pad_to=32).validate()
+    study = get("sgr.tab7nobn")
+    spec = study.resolve("cpu", {"pad_to": 32}).spec("vgg57", "sgr", 55, "fashion_mnist", 0)
+    assert spec.pad_to == 32 and study.resolve("cpu", {}).spec("vgg57", "sgr", 55, "fashion_mnist", 0).pad_to == 0
+    with pytest.raises(ConfigError, match="pad_to"):
+        study.resolve("cpu", {"pad_to": 20})
+
+
+def test_a_padded_run_sees_32_pixel_images_in_training_and_evaluation():
+    from gradalign.training.local import train_local
+    from gradalign.training.local_data import local_data
+
+    data = local_data("fashion_mnist", 64, 32, "cpu", pad_to=32)
+    assert data.images.shape[-2:] == (32, 32) and data.test_x.shape[-2:] == (32, 32)
+    one = LocalSettings(method="global_bp", modules=1)
+    spec = LocalRunSpec(
+        network="vgg12",
+        method=one,
+        protocol=SGRProtocol(epochs=1, batch_size=32),
+        width=0.125,
+        n_train=64,
+        n_test=32,
+        pad_to=32,
+        vgg_batch_norm=False,
+        vgg_init="fan_in",
+    )
+    out = train_local(spec)
+    assert out["complete"] and out["spec"]["pad_to"] == 32 and len(out["history"]["test_acc"]) == 1

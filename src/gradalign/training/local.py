@@ -136,6 +136,7 @@ class LocalRunSpec(Settings):
     width: float = 1.0  # channel multiplier of the network (and so of its local heads)
     vgg_batch_norm: bool = True  # VGG only: conv → BN → ReLU (our choice; see `build_split_network`)
     vgg_init: str = "torchvision"  # VGG only: `models.vgg_deep`'s init ("fan_in": the no-BN reading's)
+    pad_to: int = 0  # VGG only, > 0: images zero-padded to pad_to px (`training.local_data.pad_images`)
     n_train: int = 0  # train subset (0: the whole training split)
     n_test: int = 0  # test subset (0: the whole test split)
     seed: int = 0  # initialisation, batch order and augmentation
@@ -150,6 +151,7 @@ class LocalRunSpec(Settings):
 
         require(self, "validation", self.validation >= 0, "must be >= 0")
         require(self, "vgg_init", self.vgg_init in INITS, f"must be one of {', '.join(INITS)}")
+        require(self, "pad_to", self.pad_to == 0 or network_depth(self.network) is not None, "is for a VGG only")
         require(self, "fast.compile", not self.fast.compile, "is not supported by the local steps (autograd.grad)")
         ok = known_network(self.network)
         require(self, "network", ok, "must be resnet32, plainnet32, vgg<d> (d = 5m + 2), mlp<L> or conv<L> (L <= 4)")
@@ -166,9 +168,9 @@ class LocalRunSpec(Settings):
         return f"{TITLES[self.method.method]} K={self.method.modules} {self.network} seed {self.seed}"
 
     def to_dict(self) -> dict:
-        """The run-cache key's fields; `data_seed`, `validation`, `fast` and `vgg_init` only when not their
-        defaults, so that runs stored before the fields existed keep their keys."""
-        return without_defaults(self, super().to_dict(), ("data_seed", "validation", "fast", "vgg_init"))
+        """The run-cache key's fields; `data_seed`, `validation`, `fast`, `vgg_init` and `pad_to` only when not
+        their defaults, so that runs stored before the fields existed keep their keys."""
+        return without_defaults(self, super().to_dict(), ("data_seed", "validation", "fast", "vgg_init", "pad_to"))
 
 
 # --- the network, its modules and heads --------------------------------------------------------------------
@@ -192,9 +194,8 @@ def build_split_network(spec: LocalRunSpec, info) -> tuple[nn.Module, nn.ModuleL
         model = resnet32(classes, info.channels, spec.width, plain=RESNETS[spec.network])
         modules, channels = split_into_modules(model, K), module_channels(model, K)
     elif mlp_depth(spec.network) or conv_depth(spec.network):
-        model, modules, channels = bp_free_plainnet(
-            spec.network, classes, info.channels, info.image_size, spec.width, K
-        )
+        args = (spec.network, classes, info.channels, info.image_size, spec.width, K)
+        model, modules, channels = bp_free_plainnet(*args)
     else:
         depth = network_depth(spec.network)
         model = vgg_deep(depth, classes, info.channels, spec.width, spec.vgg_batch_norm, spec.vgg_init)
@@ -316,9 +317,8 @@ class LocalRun:
         self.local_heads.load_state_dict(state["local_heads"])
         for opt, saved in zip(self.optimizers, state["optimizers"]):
             opt.load_state_dict(saved)
-        self.generator.set_state(
-            state["generator"].cpu()
-        )  # a checkpoint loads to the run's device; torch takes generator states as CPU byte tensors only
+        # a checkpoint loads to the run's device; torch takes generator states as CPU byte tensors only
+        self.generator.set_state(state["generator"].cpu())
         self.order = state["order"]
         self.epoch_seconds = list(state["epoch_seconds"])
 
@@ -344,7 +344,7 @@ def train_local(
 
     device = torch.device(device)
     if data is None:
-        data = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed, spec.validation)
+        data = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed, spec.validation, spec.pad_to)
     run = make_run(spec, data, device)
     classes = image_set_info(spec.dataset).num_classes
     failure = None

@@ -30,16 +30,32 @@ class LocalData:
         return data_digest(self.images, self.labels, self.test_x, self.test_y)
 
 
-def local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int = 0, validation: int = 0) -> LocalData:
+def local_data(
+    dataset: str, n_train: int, n_test: int, device, data_seed: int = 0, validation: int = 0, pad_to: int = 0
+) -> LocalData:
     """The (subset of the) data set on `device`, test images normalised with the recorded channel statistics;
     the subsets drawn with `data_seed` (train) and `data_seed + 1` (test). `validation` > 0: the evaluation set
     is that many training images held out from the training subset (one permutation drawn with `data_seed`:
     the first `n_train` train, the next `validation` evaluate; 0 train images: all the others), and the test
-    split is not read (learning rates and λ are chosen on it: our choice)."""
+    split is not read (learning rates and λ are chosen on it: our choice). `pad_to` > 0: every image zero-padded,
+    centred, to `pad_to` × `pad_to` pixels before anything else (`pad_images`)."""
     from gradalign.training.data_cache import cached_data
 
-    key = ("local_data", dataset, n_train, n_test, data_seed, str(device), validation)
-    return cached_data(key, lambda: _local_data(dataset, n_train, n_test, device, data_seed, validation))
+    key = ("local_data", dataset, n_train, n_test, data_seed, str(device), validation, pad_to)
+    return cached_data(key, lambda: _local_data(dataset, n_train, n_test, device, data_seed, validation, pad_to))
+
+
+def pad_images(images: torch.Tensor, size: int) -> torch.Tensor:
+    """(N, C, H, W) images zero-padded, centred (the extra pixel of an odd margin at the bottom and right), to
+    `size` × `size`: 28-pixel Fashion-MNIST at 32 pixels has CIFAR's geometry (LeNet-5 read MNIST so), and the
+    padding is black, its background. The run's random crop then pads the padded image again."""
+    from gradalign.errors import ConfigError
+
+    h, w = images.shape[-2:]
+    if size < max(h, w):
+        raise ConfigError(f"pad_to={size} is smaller than the {h}x{w} images")
+    top, left = (size - h) // 2, (size - w) // 2
+    return torch.nn.functional.pad(images, (left, size - w - left, top, size - h - top))
 
 
 def _split_validation(images, labels, n_train: int, validation: int, seed: int):
@@ -53,7 +69,9 @@ def _split_validation(images, labels, n_train: int, validation: int, seed: int):
     return images[train], labels[train], images[held], labels[held]
 
 
-def _local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int, validation: int = 0) -> LocalData:
+def _local_data(
+    dataset: str, n_train: int, n_test: int, device, data_seed: int, validation: int = 0, pad_to: int = 0
+) -> LocalData:
     from gradalign.data.image_sets import image_set_info, load_image_set, random_subset
 
     info = image_set_info(dataset)
@@ -64,6 +82,8 @@ def _local_data(dataset: str, n_train: int, n_test: int, device, data_seed: int,
     else:
         images, labels = random_subset(*load_image_set(dataset, "train"), n_train, data_seed)
         test_images, test_labels = random_subset(*load_image_set(dataset, "test"), n_test, data_seed + 1)
+    if pad_to:
+        images, test_images = pad_images(images, pad_to), pad_images(test_images, pad_to)
     test_x = normalise(test_images.float() / 255, info.mean, info.std)
     return LocalData(
         images.to(device), labels.to(device), test_x.to(device), test_labels.to(device), info.mean, info.std

@@ -17,6 +17,11 @@ BatchNorm:
    near chance at every rate (within `NEAR_CHANCE` points), at the rate it chose at the shallowest depth (ours).
    A local arm whose run diverges at that rate trains at the next lower rate of the grid (`deepest_arm`).
 
+**The geometry** (`pad_to`, ours). Each stage ends with a 2×2 max-pool, so 28-pixel Fashion-MNIST images put the
+last stage's convs on 1×1 maps, where a 3×3 conv reads a ninth of the fan-in its init is scaled for and the signal
+shrinks by 3 per conv (`analysis.signal_at_init`); CIFAR's 32-pixel images end on 2×2 maps. `pad_to=32` pads the
+images to CIFAR's geometry, the reading that separates depth from that artefact (`--set pad_to=32`).
+
 The claim, read without BN: no rate trains the deepest VGG under global BP (its best accuracy is below halfway
 between its best at the shallowest depth and chance, `local_bp.table7_checks`'s mark), while SGR trains it (above
 that mark). At `cpu` one seed: a study that locates the collapse, inconclusive by the seed count; 3 seeds at two
@@ -28,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gradalign.config import require
+from gradalign.data.image_sets import image_set_info
 from gradalign.experiments.base import Experiment, check, never_used, outcome
 from gradalign.experiments.sgr.local_runs import Table7Config, curves_of, run_group, summary
 from gradalign.models.vgg_deep import INITS
@@ -45,6 +51,7 @@ class NoBNConfig(Table7Config):
     lrs: tuple[float, ...] = (0.003, 0.01, 0.03)  # global BP's grid (our choice)
     validation: int = 1000  # held-out training images scoring every run
     init: str = "fan_in"  # the VGG's init (`models.vgg_deep.INITS`); the init check runs torchvision's
+    pad_to: int = 0  # > 0: images zero-padded to pad_to px (32: CIFAR's geometry for Fashion-MNIST; our reading)
 
     def validate(self) -> None:
         super().validate()
@@ -54,13 +61,15 @@ class NoBNConfig(Table7Config):
         require(self, "lrs", list(self.lrs) == sorted(set(self.lrs)), "must be strictly increasing")
         require(self, "validation", self.validation >= 1, "must be >= 1 (the rates are chosen on it)")
         require(self, "init", self.init in INITS, f"must be one of {', '.join(INITS)}")
+        size = image_set_info(self.datasets[0]).image_size if len(self.datasets) == 1 else 0
+        require(self, "pad_to", self.pad_to == 0 or self.pad_to >= size, f"must be 0 or >= the image size ({size})")
 
     def at_rate(self, lr: float) -> "NoBNConfig":
         return replace(self, protocol=replace(self.protocol, lr=lr))
 
     def spec(self, network: str, method: str, modules: int, dataset: str, seed: int):
         base = super().spec(network, method, modules, dataset, seed)
-        return replace(base, vgg_batch_norm=False, validation=self.validation, vgg_init=self.init)
+        return replace(base, vgg_batch_norm=False, validation=self.validation, vgg_init=self.init, pad_to=self.pad_to)
 
 
 def sweep_jobs(cfg: NoBNConfig) -> list[tuple[str, str, int, str]]:
@@ -131,7 +140,6 @@ def deepest_arm(cfg: NoBNConfig, job: tuple, rate: float, chance: float, device)
 
 def no_bn(cfg: NoBNConfig, device) -> dict:
     """The rate sweep of global BP at every depth, then global BP, SGR and layer-wise at the deepest."""
-    from gradalign.data.image_sets import image_set_info
     from gradalign.training.local import vgg_name
 
     chance = image_set_info(cfg.datasets[0]).chance_accuracy
@@ -228,8 +236,6 @@ def units(cfg: NoBNConfig) -> list:
     """The runs `no_bn` reads: the init check's and the sweep's; once the sweep is committed, the deepest arms'
     at the rate it chose (before, that rate is not known: a sweep trains the sweep first)."""
     from gradalign.experiments.sgr.local_runs import group_units
-
-    from gradalign.data.image_sets import image_set_info
     from gradalign.store.run_unit import read_entry
     from gradalign.store.store_root import results_root
 
