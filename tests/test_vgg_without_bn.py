@@ -156,3 +156,25 @@ def test_a_padded_run_sees_32_pixel_images_in_training_and_evaluation():
     )
     out = train_local(spec)
     assert out["complete"] and out["spec"]["pad_to"] == 32 and len(out["history"]["test_acc"]) == 1
+
+
+def test_the_interim_sweep_reads_the_committed_runs_the_record_read(monkeypatch):
+    """`book.nobn_sweep.committed_sweep` at the stored record's reading gives the record's own sweep, cell by cell;
+    a run not committed reads "not trained yet"."""
+    import json
+
+    from gradalign.book.nobn_sweep import committed_sweep
+    from gradalign.environment import project_root
+    from gradalign.store import run_unit
+
+    (path,) = (project_root() / "results/sgr/sgr.tab7nobn").glob("cpu-*.json")
+    record = json.loads(path.read_text())
+    table, done, total = committed_sweep({})
+    assert (done, total) == (9, 9)
+    expected = {
+        f"VGG-{d}": {f"lr {lr}": f"{v:.1f}" for lr, v in by.items()} for d, by in record["metrics"]["sweep"].items()
+    }
+    assert table == expected
+    monkeypatch.setattr(run_unit, "read_entry", lambda folder, u: None)  # nothing committed
+    table, done, _ = committed_sweep({"pad_to": 32})
+    assert done == 0 and {cell for row in table.values() for cell in row.values()} == {"not trained yet"}
