@@ -14,6 +14,10 @@ from gradalign.experiments.claim_budget import HALF_BUDGET_QUEUE, half_budget_it
 from gradalign.experiments.lga.validity import CONTROL, CONTROLLED
 from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 
+PADDED_NO_BN = ("sgr.tab7nobn", "cpu", {"pad_to": 32})
+"""Table 7 without BN on Fashion-MNIST padded to CIFAR's 32 pixels: whether the collapse at 28 pixels is depth's or the
+1×1 maps' (`analysis.signal_at_init`); its `cpu` scale (one seed), then its `gpu` preset (3 seeds), in the backlog."""
+
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
     + tuple((element_id, "cpu", CONTROL) for element_id in CONTROLLED)
@@ -21,7 +25,9 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
     + queued()
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
     + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
+    + (PADDED_NO_BN,)
     + DEEP_SEEDS
+    + ((PADDED_NO_BN[0], "gpu", PADDED_NO_BN[2]),)
     + tuple(
         (element_id, "gpu", {})
         for element_id in (
@@ -45,7 +51,8 @@ machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then LGA's mechanis
 budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales that the pilots chose (`pilots.RERUNS`)
 and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in `pilots.QUEUE`'s order, then the `cpu`
 presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
-then SGR's VGG-57 at 5 seeds in both readings (`experiments.sgr.deep_seeds`), then the `gpu` presets (Table 7
+then Table 7 without BN at 32 pixels (`PADDED_NO_BN`), then SGR's VGG-57 at 5 seeds in both readings
+(`experiments.sgr.deep_seeds`), then the padded reading's `gpu` preset, then the `gpu` presets (Table 7
 without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after it; the meta-gradient
 Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
 
