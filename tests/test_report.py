@@ -416,3 +416,9 @@ def test_a_claim_its_runs_did_not_measure_is_marked_and_named_as_not_measured():
         "difference within noise: classes separate; not measured by these runs: features drawn together"
     )
     assert checks_markdown(record).splitlines()[2].startswith("| – |")
+    from gradalign.experiments.verdict import reason  # the command line's words (by id): the same split
+
+    assert reason(record["verdict"], {}, record["checks"]) == (
+        "difference within noise: clusters; not measured by these runs: closer"
+    )
+    assert reason(record["verdict"]) == "difference within noise: closer, clusters"  # without the checks

@@ -129,6 +129,10 @@ def test_padding_keeps_every_stored_run_key_and_is_for_a_vgg_only():
     assert LocalRunSpec(network="vgg12", method=one, pad_to=32).to_dict()["pad_to"] == 32
     with pytest.raises(ConfigError, match="pad_to"):
         LocalRunSpec(network="resnet32", pad_to=32).validate()
+    with pytest.raises(ConfigError, match="pad_to is for a VGG without InfoPro heads"):  # its heads read 28 px
+        LocalRunSpec(
+            network="vgg12", method=LocalSettings(method="sgr", modules=5, head="infopro"), pad_to=32
+        ).validate()
     study = get("sgr.tab7nobn")
     spec = study.resolve("cpu", {"pad_to": 32}).spec("vgg57", "sgr", 55, "fashion_mnist", 0)
     assert spec.pad_to == 32 and study.resolve("cpu", {}).spec("vgg57", "sgr", 55, "fashion_mnist", 0).pad_to == 0

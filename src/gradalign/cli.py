@@ -114,7 +114,7 @@ def _print_record(record: dict, store, loaded: bool) -> None:
 
     prov = record["provenance"]
     scale = scale_of(record)
-    why = reason(record["verdict"], record.get("preconditions"))
+    why = reason(record["verdict"], record.get("preconditions"), record.get("checks"))
     status = record["verdict"]["status"] + (f" ({why})" if why else "")
     print(f"{record['id']} [{record['preset']}] {status}" + (f": {scale}" if scale else ""))
     if loaded:

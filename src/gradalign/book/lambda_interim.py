@@ -2,12 +2,12 @@
 with layer-wise training at the full budget and at half of it, by the study's own functions, from committed runs only.
 
 The record needs every reading at 3 seeds; its verdict rests on the chosen readings, whose runs at both budgets are
-committed first. Here, once every run they read is committed (else None), inside `committed_runs(write=False)` (so
-the runs are read, never trained): at the full budget, the chosen readings' rows as the record computes them
-(`lambda_study.reading_row` on the same units: the first seed's run is the one that also scored the choice) and
-their claim checks (`lambda_checks`); at half the budget, the study itself given the choice (as the record's budget
-check runs it); then the record's budget check (`claim_budget.stabilise`). Nothing is stored: the page labels it
-interim.
+committed first. Here, only once every run they read is committed (else None: that check is what keeps it from
+training anything), inside `committed_runs(write=False)`: at the full budget, the chosen readings' rows as the
+record computes them (`lambda_study.reading_row` on the same units: the first seed's run is the one that also
+scored the choice) and their claim checks (`lambda_checks`); at half the budget, the study itself given the choice
+(as the record's budget check runs it); then the record's budget check (`claim_budget.stabilise`). Nothing is
+stored: the page labels it interim.
 """
 
 from __future__ import annotations

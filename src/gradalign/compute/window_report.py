@@ -129,6 +129,7 @@ def _measured_lines(reports: list[dict]) -> list[str]:
 
 def purpose(element_id: str, preset: str, overrides: dict) -> str:
     """What a backlog item (`backlog.full_backlog`) trains, in words."""
+    from gradalign.compute.backlog import PADDED_NO_BN
     from gradalign.compute.lga_rerun import rerun_purpose
     from gradalign.compute.pilots import (
         OVER_CPU_BUDGET,
@@ -141,9 +142,11 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
     from gradalign.experiments.lga.validity import CONTROL
     from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 
+    padded = "Table 7 without BN at 32 pixels (pad_to=32)" if overrides == PADDED_NO_BN[2] else None
     if preset != "cpu":
-        return f"{preset} preset"
+        return f"{preset} preset" + (f": {padded}" if padded else "")
     for applies, what in (
+        (padded is not None, padded),
         (is_budget_check(element_id, preset, overrides), "budget check: its runs at half the epochs"),
         (is_half_budget(element_id, preset, overrides), "budget check: its runs at half the steps or epochs"),
         (is_choice_half(element_id, preset, overrides), "budget check: its runs at half the epochs, B's choice given"),

@@ -63,9 +63,10 @@ def derive_verdict(
     return {"status": status, "failed": failed, "unmet": unmet, "within_noise": noise, "unstable": unstable}
 
 
-def reason(verdict: dict, preconditions: dict[str, dict] | None = None) -> str:
-    """Why an element is inconclusive or not reproduced, in words ("" when reproduced)."""
-    preconditions = preconditions or {}
+def reason(verdict: dict, preconditions: dict[str, dict] | None = None, checks: dict[str, dict] | None = None) -> str:
+    """Why an element is inconclusive or not reproduced, in words ("" when reproduced). With `checks`, a claim its
+    runs did not measure (`not_recorded`, listed with `within_noise`) is named as not measured."""
+    preconditions, checks = preconditions or {}, checks or {}
     if verdict["status"] == "inconclusive":
         if verdict["unmet"]:
             return "precondition not met: " + "; ".join(
@@ -74,8 +75,12 @@ def reason(verdict: dict, preconditions: dict[str, dict] | None = None) -> str:
         parts = []
         if verdict.get("unstable"):
             parts.append("decision not the same at half the budget: " + ", ".join(verdict["unstable"]))
-        if verdict["within_noise"]:
-            parts.append("difference within noise: " + ", ".join(verdict["within_noise"]))
+        unmeasured = [n for n in verdict["within_noise"] if (checks.get(n) or {}).get("not_recorded")]
+        noise = [n for n in verdict["within_noise"] if n not in unmeasured]
+        if noise:
+            parts.append("difference within noise: " + ", ".join(noise))
+        if unmeasured:
+            parts.append("not measured by these runs: " + ", ".join(unmeasured))
         return "; ".join(parts)
     if verdict["status"] == "not reproduced":
         return "failed: " + ", ".join(verdict["failed"])

@@ -146,12 +146,12 @@ class LocalRunSpec(Settings):
 
     def validate(self) -> None:
         from gradalign.data.image_sets import IMAGE_SETS
-
         from gradalign.models.vgg_deep import INITS
 
         require(self, "validation", self.validation >= 0, "must be >= 0")
         require(self, "vgg_init", self.vgg_init in INITS, f"must be one of {', '.join(INITS)}")
-        require(self, "pad_to", self.pad_to == 0 or network_depth(self.network) is not None, "is for a VGG only")
+        vgg = network_depth(self.network) is not None and self.method.head_kind != "infopro"  # its heads: 28 px
+        require(self, "pad_to", self.pad_to == 0 or vgg, "is for a VGG without InfoPro heads only")
         require(self, "fast.compile", not self.fast.compile, "is not supported by the local steps (autograd.grad)")
         ok = known_network(self.network)
         require(self, "network", ok, "must be resnet32, plainnet32, vgg<d> (d = 5m + 2), mlp<L> or conv<L> (L <= 4)")

@@ -50,8 +50,8 @@ def train_heldout(spec: LocalRunSpec, validation: int, device, checkpoint: Path 
     if spec.validation or validation < 1:
         raise ConfigError(f"a held-out-also run needs spec.validation = 0 and validation >= 1; got {validation}")
     device = torch.device(device)
-    plain = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed)
-    split = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed, validation)
+    plain = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed, pad_to=spec.pad_to)
+    split = local_data(spec.dataset, spec.n_train, spec.n_test, device, spec.data_seed, validation, spec.pad_to)
     if not torch.equal(plain.images, split.images):  # n_train = 0 (the whole split) holds nothing back
         raise ConfigError(f"{spec.title}: its training images differ once {validation:,} are held out; give n_train")
     make_run = functools.partial(HeldOutAlso, held=(split.test_x, split.test_y))
