@@ -167,7 +167,7 @@ def test_the_interim_sweep_reads_the_committed_runs_the_record_read(monkeypatch)
     a run not committed reads "not trained yet"."""
     import json
 
-    from gradalign.book.nobn_sweep import committed_sweep
+    from gradalign.book.nobn_sweep import collapse_check, committed_sweep
     from gradalign.environment import project_root
     from gradalign.store import run_unit
 
@@ -179,6 +179,8 @@ def test_the_interim_sweep_reads_the_committed_runs_the_record_read(monkeypatch)
         f"VGG-{d}": {f"lr {lr}": f"{v:.1f}" for lr, v in by.items()} for d, by in record["metrics"]["sweep"].items()
     }
     assert table == expected
+    assert collapse_check({}) == record["checks"]["global_bp_collapses_without_bn"]  # the record's own check
     monkeypatch.setattr(run_unit, "read_entry", lambda folder, u: None)  # nothing committed
     table, done, _ = committed_sweep({"pad_to": 32})
+    assert collapse_check({}) is None
     assert done == 0 and {cell for row in table.values() for cell in row.values()} == {"not trained yet"}
