@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from gradalign.experiments.verdict import reason
+from gradalign.experiments.verdict import reason, undecided
 
 SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
 NAMES = {"fashion_mnist": "Fashion-MNIST", "global_bp": "global BP", "layer-wise": "layer-wise"}
@@ -176,9 +176,7 @@ def reason_text(record: dict) -> str:
         parts = []
         if verdict.get("unstable"):
             parts.append("decision not the same at half the budget: " + words(verdict["unstable"]))
-        checks = record.get("checks") or {}
-        unmeasured = [n for n in verdict.get("within_noise", []) if (checks.get(n) or {}).get("not_recorded")]
-        noise = [n for n in verdict.get("within_noise", []) if n not in unmeasured]
+        noise, unmeasured = undecided(verdict, record.get("checks"))
         if noise:
             parts.append("difference within noise: " + words(noise))
         if unmeasured:  # listed with within_noise by the verdict (undecided); in words, what it is

@@ -63,6 +63,14 @@ def derive_verdict(
     return {"status": status, "failed": failed, "unmet": unmet, "within_noise": noise, "unstable": unstable}
 
 
+def undecided(verdict: dict, checks: dict[str, dict] | None = None) -> tuple[list[str], list[str]]:
+    """The claims the verdict lists as within noise, split: (those whose difference is within noise, those whose
+    runs did not measure their quantity: `not_recorded`, known only from `checks`)."""
+    checks = checks or {}
+    unmeasured = [n for n in verdict.get("within_noise", []) if (checks.get(n) or {}).get("not_recorded")]
+    return [n for n in verdict.get("within_noise", []) if n not in unmeasured], unmeasured
+
+
 def reason(verdict: dict, preconditions: dict[str, dict] | None = None, checks: dict[str, dict] | None = None) -> str:
     """Why an element is inconclusive or not reproduced, in words ("" when reproduced). With `checks`, a claim its
     runs did not measure (`not_recorded`, listed with `within_noise`) is named as not measured."""
@@ -75,8 +83,7 @@ def reason(verdict: dict, preconditions: dict[str, dict] | None = None, checks: 
         parts = []
         if verdict.get("unstable"):
             parts.append("decision not the same at half the budget: " + ", ".join(verdict["unstable"]))
-        unmeasured = [n for n in verdict["within_noise"] if (checks.get(n) or {}).get("not_recorded")]
-        noise = [n for n in verdict["within_noise"] if n not in unmeasured]
+        noise, unmeasured = undecided(verdict, checks)
         if noise:
             parts.append("difference within noise: " + ", ".join(noise))
         if unmeasured:
