@@ -140,6 +140,20 @@ def todays_canary(
     return _todays(element_id, behaviour, fmt, run)[0]
 
 
+def _kept(element_id: str, behaviour: dict[str, str], fmt: int) -> tuple[dict | None, dict]:
+    """The kept canary entry of today's `behaviour` (None: none, or unreadable, or of another id or torch, or
+    without format `fmt`) and its digests by CPU kind (None: the kind of an entry that names none)."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
+        read = json.loads(_cache_path(element_id, behaviour).read_text())
+        if (
+            read["id"] == element_id
+            and read["torch"] == _torch_version()
+            and isinstance(read["digests"][str(fmt)], str)
+        ):
+            return read, {**read.get("by_cpu", {}), read.get("cpu"): read["digests"]}
+    return None, {}
+
+
 def _todays(
     element_id: str, behaviour: dict[str, str] | None, fmt: int, run: bool, kind: str | None = None
 ) -> tuple[str | None, str | None]:
@@ -149,15 +163,7 @@ def _todays(
     `kind` and may run it, the canary runs here and is kept beside the others; else the first kind's is returned."""
     behaviour = behaviour if behaviour is not None else behaviour_fingerprint(_module(element_id))
     path = _cache_path(element_id, behaviour)
-    entry, by_kind = None, {}
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
-        read = json.loads(path.read_text())
-        if (
-            read["id"] == element_id
-            and read["torch"] == _torch_version()
-            and isinstance(read["digests"][str(fmt)], str)
-        ):
-            entry, by_kind = read, {**read.get("by_cpu", {}), read.get("cpu"): read["digests"]}
+    entry, by_kind = _kept(element_id, behaviour, fmt)
     cached = by_kind.get(kind) if kind else None
     if isinstance(cached, dict) and isinstance(cached.get(str(fmt)), str):
         return cached[str(fmt)], kind
@@ -223,8 +229,13 @@ def code_status(record: dict, run: bool = True) -> dict | None:
         like = _on_this_kind(record, behaviour, fmt, run, also[here], here, changed)
         if like is not None:
             return like
-    today, today_kind = _todays(record["id"], behaviour, fmt, run, kind)
-    if today is None:  # not kept (or unreadable) and not to be run here
+    if kind is None:  # stamped before canaries named their kind: the kind whose kept canary equals it is its own
+        named = [k for k, d in _kept(record["id"], behaviour, fmt)[1].items() if d.get(str(fmt)) == canary["digest"]]
+        if named:
+            why = f"smoke canary identical on a CPU of kind {named[0]} (the record's canary names no kind)"
+            return {"state": "current by canary", "changed": changed, "why": why}
+    today, today_kind = _todays(record["id"], behaviour, fmt, run, kind or here)
+    if today is None or (kind is None and not run and today_kind not in (here, None)):  # none here, not to run
         return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
     if today == canary["digest"]:
         return {"state": "current by canary", "changed": changed, "why": "smoke canary identical"}
@@ -233,6 +244,9 @@ def code_status(record: dict, run: bool = True) -> dict | None:
             f"smoke canary differs, but today's ran on a CPU of kind {today_kind} and the record's on one of kind "
             f"{kind}, which round differently: run `gradalign stale` on a {kind} CPU to tell the code from the CPU"
         )
+        return {"state": "stale", "changed": changed, "why": why}
+    if kind is None and today_kind:
+        why = f"smoke canary differs on this CPU kind ({today_kind}) and on every kept one (the record's names no kind)"
         return {"state": "stale", "changed": changed, "why": why}
     return {"state": "stale", "changed": changed, "why": "smoke canary differs"}
 
