@@ -171,8 +171,8 @@ def test_the_interim_sweep_reads_the_committed_runs_the_record_read(monkeypatch)
     from gradalign.environment import project_root
     from gradalign.store import run_unit
 
-    (path,) = (project_root() / "results/sgr/sgr.tab7nobn").glob("cpu-*.json")
-    record = json.loads(path.read_text())
+    records = [json.loads(p.read_text()) for p in (project_root() / "results/sgr/sgr.tab7nobn").glob("cpu-*.json")]
+    (record,) = [r for r in records if not r["config"].get("pad_to")]  # the 28-pixel reading (the padded one's too)
     table, done, total = committed_sweep({})
     assert (done, total) == (9, 9)
     expected = {
@@ -184,3 +184,35 @@ def test_the_interim_sweep_reads_the_committed_runs_the_record_read(monkeypatch)
     table, done, _ = committed_sweep({"pad_to": 32})
     assert collapse_check({}) is None
     assert done == 0 and {cell for row in table.values() for cell in row.values()} == {"not trained yet"}
+
+
+def _nobn_record(bp: float, lw: float, sgr: float, seeds: int, pad_to: int | None = 32) -> dict:
+    """A `sgr.tab7nobn` record with the deepest arms' means given, its checks computed as the record computes them."""
+    from gradalign.experiments.sgr.vgg_without_bn import no_bn_checks
+
+    sweep = {12: {0.003: 80.0}, 57: {0.003: bp}}
+    checks = no_bn_checks(sweep, sgr, 10.0)  # chance 10 %
+    arms = {a: {"mean": v, "n": seeds} for a, v in (("global_bp", bp), ("layerwise", lw), ("sgr", sgr))}
+    return {
+        "config": {"pad_to": pad_to, "lam": 100.0, "reduction": "mean"},
+        "metrics": {"chance": 10.0, "deepest": {"depth": 57, "arms": arms}},
+        "checks": checks,
+        "preconditions": {"enough_seeds": {"passed": seeds >= 3}},
+    }
+
+
+def test_the_padded_readings_sentence_names_each_half_and_lambda_only_where_layerwise_trains():
+    """`book.nobn_sweep.reading`: the record's two checks in words, and SGR's λ named as the leading alternative only
+    where layer-wise training (SGR at λ = 0) lies `TERM_MARGIN` points above SGR; the failing cases: layer-wise at
+    chance too (no λ sentence), and a record with 3 seeds that meets both halves (no inconclusive sentence)."""
+    from gradalign.book.nobn_sweep import TERM_MARGIN, reading
+
+    text = reading(_nobn_record(66.5, 42.1, 11.3, 1))
+    assert "32-pixel images (1 seed," in text and "global BP 66.5 %" in text and "mark 45.0 %" in text
+    assert "does not collapse" in text and "against the second half" in text
+    assert "leading alternative for SGR's half is therefore its λ" in text and "inconclusive" in text
+    assert "leading alternative" not in reading(_nobn_record(11.3, 11.3, 11.3, 1, pad_to=None))
+    assert "leading alternative" not in reading(_nobn_record(66.5, 11.3 + TERM_MARGIN - 0.1, 11.3, 1))
+    held = reading(_nobn_record(20.0, 60.0, 70.0, 3))
+    assert "28-pixel" not in held and "it collapses" in held and "the second half holds" in held
+    assert "inconclusive" not in held and "leading alternative" not in held

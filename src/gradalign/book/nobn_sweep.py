@@ -53,3 +53,46 @@ def collapse_check(overrides: dict, preset: str = "cpu") -> dict | None:
         return None
     chance = image_set_info(get("sgr.tab7nobn").resolve(preset, overrides).datasets[0]).chance_accuracy
     return no_bn_checks(accs, chance, chance)["global_bp_collapses_without_bn"]
+
+
+TERM_MARGIN = 10.0
+"""Points by which layer-wise training must lie above SGR at the deepest VGG for `reading` to name SGR's term as what
+held SGR's run back (our margin; with one seed this is a sentence on the page, not a check of the record)."""
+
+
+def reading(record: dict) -> str:
+    """Table 7's two halves at a stored `sgr.tab7nobn` record's reading, in words with its numbers. Where SGR stays
+    below the record's mark while layer-wise training, which is SGR at λ = 0 (the same modules, heads and optimisers),
+    lies at least `TERM_MARGIN` points above it, the sentence names the leading alternative for SGR's half: its λ,
+    which `sgr.lam7` chose on the BN VGGs at 28 pixels, not on this network."""
+    m, cfg, checks = record["metrics"], record["config"], record["checks"]
+    arms, depth = m["deepest"]["arms"], m["deepest"]["depth"]
+    collapse, trains = checks["global_bp_collapses_without_bn"], checks["sgr_trains_deepest_without_bn"]
+    seeds = min(a["n"] for a in arms.values())
+    bp, lw, sgr = (arms[a]["mean"] for a in ("global_bp", "layerwise", "sgr"))
+    text = (
+        f"At VGG-{depth} without BN on {cfg.get('pad_to') or 28}-pixel images ({seeds} seed{'s' * (seeds > 1)}, "
+        f"validation accuracy): global BP {bp:.1f} %, layer-wise training {lw:.1f} %, SGR (λ = {cfg['lam']:g}, "
+        f"{cfg['reduction']} reduction) {sgr:.1f} %; chance {m['chance']:g} %, the record's mark "
+        f"{collapse['value']['halfway_to_chance']:.1f} %. "
+        + (
+            "Global BP stays below the mark: it collapses, the first half of Table 7's claim. "
+            if collapse["passed"]
+            else "Global BP lies above the mark: it does not collapse, against the first half of Table 7's claim. "
+        )
+        + (
+            "SGR reaches the mark: the second half holds here."
+            if trains["passed"]
+            else "SGR stays below it: against the second half."
+        )
+    )
+    if not trains["passed"] and lw - sgr >= TERM_MARGIN:
+        text += (
+            f" Layer-wise training is SGR at λ = 0 and reaches {lw:.1f} %: the one difference between the two runs, "
+            f"SGR's term at λ = {cfg['lam']:g}, held this seed of SGR at {sgr:.1f} %. The leading alternative for "
+            "SGR's half is therefore its λ, which `sgr.lam7` chose on VGG-12 and VGG-37 with BatchNorm at 28 pixels, "
+            "not on this network."
+        )
+    if not record.get("preconditions", {}).get("enough_seeds", {}).get("passed", False):
+        text += " With fewer than 3 seeds in an arm the record decides neither half: it is inconclusive."
+    return text
