@@ -184,7 +184,7 @@ def test_a_change_the_canary_does_not_see_is_current_by_canary_and_names_what_ch
     ],
 )
 def test_a_record_whose_canary_differs_or_is_missing_is_stale(smoke_record, canary, why):
-    from gradalign.records.canary import code_status, stale_files
+    from gradalign.records.canary import code_status, cpu_kind, stale_files
 
     record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
     if canary is None:
@@ -192,7 +192,9 @@ def test_a_record_whose_canary_differs_or_is_missing_is_stale(smoke_record, cana
     else:
         record["provenance"]["canary"] = {"torch": record["provenance"]["canary"]["torch"], **canary}
     status = code_status(record)
-    assert status["state"] == "stale" and status["why"].startswith(why)  # the kind follows where it is known
+    if why == "smoke canary differs":  # the record's canary names no kind: compared with today's on this kind
+        why = f"smoke canary differs on this CPU kind ({cpu_kind()}) and on every kept one (the record's names no kind)"
+    assert status["state"] == "stale" and status["why"] == why
     assert stale_files(record) == status["changed"] != []
 
 
@@ -307,6 +309,14 @@ def test_a_canary_that_names_no_cpu_kind_is_compared_with_this_kinds_and_with_ea
     assert (
         stale["state"] == "stale" and f"on this CPU kind ({here})" in stale["why"] and "names no kind" in stale["why"]
     )
+    kept = json.loads(path.read_text())
+    path.write_text(json.dumps({**kept, "by_cpu": {**kept["by_cpu"], "BROKEN": "f" * 16}}))  # not a dict of digests
+    assert code_status(record)["state"] == "stale"  # read past, never raised
+    del kept["cpu"], kept["by_cpu"]  # a kept canary that names no kind, with the record's digest
+    path.write_text(json.dumps({**kept, "digests": {"1": "f" * 16, "2": "f" * 16}}))
+    same = code_status(record, run=False)
+    assert same["state"] == "current by canary"
+    assert same["why"] == "smoke canary identical (the record's canary names no kind)"
     assert ran == []
 
 

@@ -24,6 +24,8 @@ machine of that kind runs and keeps one where there is none (`_todays`), and a d
 leaves the record stale with that said, never blamed on the code alone. A record may also carry its code's canary
 on other kinds (`by_cpu`, added while its code was current: `canary_stamp.stamp_this_cpu`); on a machine of such a
 kind, today's canary there is compared with it, so that code can be moved on any CPU the records were stamped on.
+A record stamped before canaries named their kind is cleared by a kept canary of any kind that has its digest (that
+kind is its own), else compared with today's canary on this machine's kind, never with another kind's alone.
 Timing metrics (seconds, memory) are left out of the digest; a canary whose two runs disagree even so is not
 stored (`canary_stamp.stamp`), and its record cannot be cleared by a canary.
 """
@@ -196,6 +198,8 @@ def code_status(record: dict, run: bool = True) -> dict | None:
     {"state": "current" | "current by canary" | "stale", "changed": [...], "why": words}. `changed` names the
     definitions whose behaviour moved (or the files, for a record without a behaviour fingerprint). `run`:
     whether the canary may run here (else only a cached one is used, and a record it would decide is stale).
+    A record whose canary names no CPU kind (stamped before canaries named theirs) is cleared by a kept canary of any
+    kind with its digest, that kind being its own; else today's canary on this kind is compared with it.
     """
     provenance = record.get("provenance", {})
     stored = provenance.get("code")
@@ -230,9 +234,11 @@ def code_status(record: dict, run: bool = True) -> dict | None:
         if like is not None:
             return like
     if kind is None:  # stamped before canaries named their kind: the kind whose kept canary equals it is its own
-        named = [k for k, d in _kept(record["id"], behaviour, fmt)[1].items() if d.get(str(fmt)) == canary["digest"]]
+        kept_digests = _kept(record["id"], behaviour, fmt)[1].items()
+        named = [k for k, d in kept_digests if isinstance(d, dict) and d.get(str(fmt)) == canary["digest"]]
         if named:
-            why = f"smoke canary identical on a CPU of kind {named[0]} (the record's canary names no kind)"
+            on = f" on a CPU of kind {named[0]}" if named[0] else ""
+            why = f"smoke canary identical{on} (the record's canary names no kind)"
             return {"state": "current by canary", "changed": changed, "why": why}
     today, today_kind = _todays(record["id"], behaviour, fmt, run, kind or here)
     if today is None or (kind is None and not run and today_kind not in (here, None)):  # none here, not to run
