@@ -373,6 +373,7 @@ def test_the_compute_page_lists_the_backlog_with_what_is_committed(tmp_path):
     from gradalign.experiments.units import units_of
     from gradalign.store.run_unit import write_entry
     from gradalign.compute.backlog import full_backlog
+    from gradalign.compute.lga_rerun import items
     from gradalign.compute.window_report import backlog_markdown
 
     element_id, preset, overrides = window_module.BACKLOG[0]
@@ -384,6 +385,7 @@ def test_the_compute_page_lists_the_backlog_with_what_is_committed(tmp_path):
     # header, rule, one row per item: the backlog with the work that waits on a stored record (Figure 7 at the
     # settings lga.tune chose, once its record is committed)
     assert text.count("\n| ") == len(full_backlog()) + 2
+    assert len(items()) == 3 and set(map(repr, items())) <= set(map(repr, full_backlog()))  # lga.tune's choice
 
 
 def test_two_backlog_items_that_share_runs_train_each_run_once(tmp_path, monkeypatch):

@@ -186,33 +186,44 @@ def test_the_interim_sweep_reads_the_committed_runs_the_record_read(monkeypatch)
     assert done == 0 and {cell for row in table.values() for cell in row.values()} == {"not trained yet"}
 
 
-def _nobn_record(bp: float, lw: float, sgr: float, seeds: int, pad_to: int | None = 32) -> dict:
-    """A `sgr.tab7nobn` record with the deepest arms' means given, its checks computed as the record computes them."""
+def _nobn_record(best_bp: float, lw: float, sgr: float, seeds: int, pad_to: int | None = 32, **arm) -> dict:
+    """A `sgr.tab7nobn` record: global BP's best at VGG-57 over the grid `best_bp` (its mean over seeds 1 point
+    higher, so that a sentence quoting the mean instead of the checked value shows), the other deepest arms' means,
+    its checks computed as the record computes them; `arm`: overrides of SGR's arm (its rate, its divergences)."""
     from gradalign.experiments.sgr.vgg_without_bn import no_bn_checks
 
-    sweep = {12: {0.003: 80.0}, 57: {0.003: bp}}
-    checks = no_bn_checks(sweep, sgr, 10.0)  # chance 10 %
-    arms = {a: {"mean": v, "n": seeds} for a, v in (("global_bp", bp), ("layerwise", lw), ("sgr", sgr))}
+    sweep = {12: {0.003: 80.0}, 57: {0.003: best_bp}}
+    arms = {a: {"mean": v, "n": seeds, "lr": 0.003, "diverged": 0} for a, v in (("layerwise", lw), ("sgr", sgr))}
+    arms["global_bp"] = {"mean": best_bp + 1.0, "n": seeds, "lr": 0.003, "diverged": 0}
+    arms["sgr"].update(arm)
+    unmet = [] if seeds >= 3 else ["enough_seeds"]
+    config = {"lam": 100.0, "reduction": "mean", "datasets": ["fashion_mnist"]} | ({"pad_to": pad_to} if pad_to else {})
     return {
-        "config": {"pad_to": pad_to, "lam": 100.0, "reduction": "mean"},
+        "config": config,
         "metrics": {"chance": 10.0, "deepest": {"depth": 57, "arms": arms}},
-        "checks": checks,
-        "preconditions": {"enough_seeds": {"passed": seeds >= 3}},
+        "checks": no_bn_checks(sweep, sgr, 10.0),  # chance 10 %
+        "preconditions": {"enough_seeds": {"claim": "enough seeds to decide a difference", "passed": seeds >= 3}},
+        "verdict": {"status": "inconclusive" if unmet else "reproduced", "unmet": unmet},
     }
 
 
 def test_the_padded_readings_sentence_names_each_half_and_lambda_only_where_layerwise_trains():
-    """`book.nobn_sweep.reading`: the record's two checks in words, and SGR's λ named as the leading alternative only
-    where layer-wise training (SGR at λ = 0) lies `TERM_MARGIN` points above SGR; the failing cases: layer-wise at
-    chance too (no λ sentence), and a record with 3 seeds that meets both halves (no inconclusive sentence)."""
+    """`book.nobn_sweep.reading`: the record's two checks in words with the numbers they read, and SGR's λ named as
+    the leading alternative only where layer-wise training (SGR at λ = 0) trained at SGR's rate and lies
+    `TERM_MARGIN` points above it. The failing cases: layer-wise at chance too, too small a margin, SGR at another
+    rate or diverged (no λ sentence); a record that meets both halves at 3 seeds (no inconclusive sentence)."""
     from gradalign.book.nobn_sweep import TERM_MARGIN, reading
 
     text = reading(_nobn_record(66.5, 42.1, 11.3, 1))
-    assert "32-pixel images (1 seed," in text and "global BP 66.5 %" in text and "mark 45.0 %" in text
-    assert "does not collapse" in text and "against the second half" in text
-    assert "leading alternative for SGR's half is therefore its λ" in text and "inconclusive" in text
-    assert "leading alternative" not in reading(_nobn_record(11.3, 11.3, 11.3, 1, pad_to=None))
+    assert "32-pixel images (1 seed," in text and "best over the rate grid 66.5 %" in text and "mark 45.0 %" in text
+    assert "does not collapse" in text and "against the second half" in text and "held this seed of SGR" in text
+    assert "leading alternative for SGR's half is its λ, which the study takes from `sgr.lam7`" in text
+    assert text.endswith("The record is inconclusive (not met: enough seeds to decide a difference).")
+    native = reading(_nobn_record(11.3, 11.3, 11.3, 1, pad_to=None))
+    assert "28-pixel images" in native and "leading alternative" not in native
+    for other in ({"lr": 0.001}, {"lr": None}, {"diverged": 1}):  # SGR at another rate, or diverged
+        assert "leading alternative" not in reading(_nobn_record(66.5, 42.1, 11.3, 1, **other))
     assert "leading alternative" not in reading(_nobn_record(66.5, 11.3 + TERM_MARGIN - 0.1, 11.3, 1))
     held = reading(_nobn_record(20.0, 60.0, 70.0, 3))
-    assert "28-pixel" not in held and "it collapses" in held and "the second half holds" in held
-    assert "inconclusive" not in held and "leading alternative" not in held
+    assert "3 seeds" in held and "it collapses" in held and "the second half holds" in held
+    assert "leading alternative" not in held and held.endswith("The record is reproduced.")
