@@ -23,6 +23,7 @@ The follow-on (`rerun_overrides`, `rerun_items`, `compute.lga_rerun`): Figure 7'
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, replace
 
@@ -315,7 +316,10 @@ def tuning_view(root=None):
 
 
 def _short(value: float) -> str:
-    """A drawn value for the page: 3 significant figures, in powers of ten below 0.01 (no long decimal runs)."""
+    """A drawn value for the page: 3 significant figures, in powers of ten below 0.01 (no long decimal runs); a value
+    in (0.9, 1), an EMA decay, to 3 significant figures of 1 − decay (0.999847, never "1")."""
+    if 0.9 < value < 1:
+        return f"{value:.{2 - math.floor(math.log10(1 - value))}f}".rstrip("0")
     return f"{value:.2e}" if value and abs(value) < 1e-2 else f"{value:.3g}"
 
 
