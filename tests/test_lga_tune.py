@@ -251,8 +251,9 @@ def test_the_study_is_a_screening_inconclusive_by_its_one_run_per_candidate():
 
 def test_the_tuning_table_shows_each_drawn_value_to_three_figures_and_a_decay_never_as_one():
     """`ssl_tuning._short`: 3 significant figures, powers of ten below 0.01, and an EMA decay to 3 figures of
-    1 − decay (0.999847 printed as "1" hid the drawn window)."""
+    1 − decay (0.999847 printed as "1" hid the drawn window), never a run of 6 decimals (the book's browser test
+    refuses a raw float in a table cell)."""
     from gradalign.experiments.lga.ssl_tuning import _short
 
-    assert [_short(v) for v in (0.999847, 0.9694, 0.999, 0.9)] == ["0.999847", "0.9694", "0.999", "0.9"]
+    assert [_short(v) for v in (0.999847, 0.9694, 0.999, 0.9)] == ["1 − 1.53e-04", "0.9694", "0.999", "0.9"]
     assert [_short(v) for v in (2.4e-6, 0.0293, 1.66, 0.3, 6.0)] == ["2.40e-06", "0.0293", "1.66", "0.3", "6"]
