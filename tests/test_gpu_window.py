@@ -384,8 +384,9 @@ def test_the_compute_page_lists_the_backlog_with_what_is_committed(tmp_path):
     assert f"`{element_id}`" in first and f"| 1 of {len(units)} |" in first
     # header, rule, one row per item: the backlog with the work that waits on a stored record (Figure 7 at the
     # settings lga.tune chose, once its record is committed)
-    assert text.count("\n| ") == len(full_backlog()) + 2
-    assert len(items()) == 3 and set(map(repr, items())) <= set(map(repr, full_backlog()))  # lga.tune's choice
+    backlog = full_backlog()
+    assert text.count("\n| ") == len(backlog) + 2
+    assert len(items()) == 3 and all(item in backlog for item in items())  # lga.tune's choice
 
 
 def test_two_backlog_items_that_share_runs_train_each_run_once(tmp_path, monkeypatch):
