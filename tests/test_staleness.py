@@ -184,7 +184,7 @@ def test_a_change_the_canary_does_not_see_is_current_by_canary_and_names_what_ch
     ],
 )
 def test_a_record_whose_canary_differs_or_is_missing_is_stale(smoke_record, canary, why):
-    from gradalign.records.canary import code_status, cpu_kind, stale_files
+    from gradalign.records.canary import code_status, machine_kind, stale_files
 
     record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
     if canary is None:
@@ -193,7 +193,8 @@ def test_a_record_whose_canary_differs_or_is_missing_is_stale(smoke_record, cana
         record["provenance"]["canary"] = {"torch": record["provenance"]["canary"]["torch"], **canary}
     status = code_status(record)
     if why == "smoke canary differs":  # the record's canary names no kind: compared with today's on this kind
-        why = f"smoke canary differs on this CPU kind ({cpu_kind()}) and on every kept one (the record's names no kind)"
+        here = machine_kind()
+        why = f"smoke canary differs on this CPU kind ({here}) and on every kept one (the record's names no kind)"
     assert status["state"] == "stale" and status["why"] == why
     assert stale_files(record) == status["changed"] != []
 
@@ -246,10 +247,10 @@ def test_a_canary_is_compared_with_one_of_the_records_cpu_kind_where_it_can_be(s
     import json
 
     from gradalign.records import canary
-    from gradalign.records.canary import _cache_path, code_status, cpu_kind
+    from gradalign.records.canary import _cache_path, code_status, machine_kind
     from gradalign.store.fingerprint import behaviour_fingerprint
 
-    here = cpu_kind()
+    here = machine_kind()
     record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
     record["provenance"]["canary"] = {**record["provenance"]["canary"], "cpu": here}
     path = _cache_path("lga.prop1", behaviour_fingerprint("gradalign.experiments.lga.linear"))
@@ -285,10 +286,10 @@ def test_a_canary_that_names_no_cpu_kind_is_compared_with_this_kinds_and_with_ea
     import json
 
     from gradalign.records import canary
-    from gradalign.records.canary import _cache_path, code_status, cpu_kind
+    from gradalign.records.canary import _cache_path, code_status, machine_kind
     from gradalign.store.fingerprint import behaviour_fingerprint
 
-    here = cpu_kind()
+    here = machine_kind()
     record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
     assert "cpu" not in record["provenance"]["canary"]
     path = _cache_path("lga.prop1", behaviour_fingerprint("gradalign.experiments.lga.linear"))
@@ -328,10 +329,10 @@ def test_a_record_stamped_on_this_cpu_kind_too_is_compared_with_that_canary(smok
     digest equals `by_cpu`'s: the canary is missing."""
     import json
 
-    from gradalign.records.canary import _cache_path, code_status, cpu_kind, missing_canaries
+    from gradalign.records.canary import _cache_path, code_status, machine_kind, missing_canaries
     from gradalign.store.fingerprint import behaviour_fingerprint
 
-    here = cpu_kind()
+    here = machine_kind()
     record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
     today = record["provenance"]["canary"]["digest"]
     record["provenance"]["canary"] = {**record["provenance"]["canary"], "digest": "e" * 16, "cpu": "OTHER"}
@@ -369,12 +370,12 @@ def test_stamp_this_cpu_adds_this_kinds_canary_to_current_records_only(smoke_rec
     record that has one is left as it is."""
     import json
 
-    from gradalign.records.canary import _cache_path, code_status, cpu_kind, run_canary
+    from gradalign.records.canary import _cache_path, code_status, machine_kind, run_canary
     from gradalign.records.canary_stamp import stamp_this_cpu
     from gradalign.records.results import ResultStore
     from gradalign.store.fingerprint import behaviour_fingerprint
 
-    here, store = cpu_kind(), ResultStore(tmp_path / "results")
+    here, store = machine_kind(), ResultStore(tmp_path / "results")
     (path,) = store.root.glob("lga/*/*.json")
     torch_version = smoke_record["provenance"]["canary"]["torch"]
     kept = _cache_path("lga.prop1", behaviour_fingerprint("gradalign.experiments.lga.linear"))
@@ -407,7 +408,7 @@ def test_stamp_this_cpu_adds_this_kinds_canary_to_current_records_only(smoke_rec
 def test_stamp_gives_a_current_record_its_canary_with_the_cpu_kind_it_ran_on(tmp_path, monkeypatch):
     import json
 
-    from gradalign.records.canary import cpu_kind
+    from gradalign.records.canary import machine_kind
     from gradalign.records.canary_stamp import stamp
     from gradalign.records.results import ResultStore
     from gradalign.records.runner import run
@@ -420,7 +421,7 @@ def test_stamp_gives_a_current_record_its_canary_with_the_cpu_kind_it_ran_on(tmp
     lines: list[str] = []
     assert stamp(store, echo=lines.append, force=True)["stamped"] == 1 and lines
     canary = json.loads(path.read_text())["provenance"]["canary"]
-    assert canary["cpu"] == cpu_kind() and canary["preset"] == "smoke" and len(canary["digest"]) == 16
+    assert canary["cpu"] == machine_kind() and canary["preset"] == "smoke" and len(canary["digest"]) == 16
 
 
 def test_a_changed_record_without_todays_canary_is_listed_until_the_canary_is_kept(smoke_record):

@@ -15,19 +15,20 @@ different one, or no canary to compare, makes it *stale*.
 
 What a canary cannot see: a code path that only a larger preset takes (a branch on the number of epochs, the
 GPU path, a half-budget check that smoke does not assemble), and a change whose effect at smoke rounds away.
-A canary is compared only where it was computed under the same torch version (another torch can round
-differently, so the record is then stale, conservatively). Nor is seeded CPU training bit-identical across kinds
-of CPU: torch dispatches other kernels by the CPU's instruction set (`cpu_kind`: AVX2, AVX512, ...), and on
-2026-11-28 15 canaries run on an AVX2 EPYC differed from the AVX512 ones of the same code. So a canary names its
-CPU kind (the record's, and each kept one); a kept canary of the record's kind is used where there is one, a
-machine of that kind runs and keeps one where there is none (`_todays`), and a digest that differs across kinds
-leaves the record stale with that said, never blamed on the code alone. A record may also carry its code's canary
-on other kinds (`by_cpu`, added while its code was current: `canary_stamp.stamp_this_cpu`); on a machine of such a
-kind, today's canary there is compared with it, so that code can be moved on any CPU the records were stamped on.
-A record stamped before canaries named their kind is cleared by a kept canary of any kind that has its digest (that
-kind is its own), else compared with today's canary on this machine's kind, never with another kind's alone.
-Timing metrics (seconds, memory) are left out of the digest; a canary whose two runs disagree even so is not
-stored (`canary_stamp.stamp`), and its record cannot be cleared by a canary.
+A canary is compared only where it was computed under the same torch version (another torch can round differently,
+so the record is then stale, conservatively). Nor is seeded CPU training bit-identical across kinds of CPU: torch
+dispatches other kernels by the CPU's instruction set (AVX2, AVX512, ...), oneDNN and MKL by its extensions and
+vendor (`machine_kind`). On 2026-11-28 15 canaries run on an AVX2 EPYC differed from the AVX512 ones of the same
+code; on 2026-12-07 an AVX512 Intel Xeon without bf16 differed from the AVX512 EPYC with it. So a canary names its
+CPU kind (the record's, and each kept one); a kept canary of the record's kind is used where there is one, a machine
+of that kind runs and keeps one where there is none (`_todays`), and a digest that differs across kinds leaves the
+record stale with that said, never blamed on the code alone. A record may also carry its code's canary on other
+kinds (`by_cpu`, added while its code was current: `canary_stamp.stamp_this_cpu`); on a machine of such a kind,
+today's canary there is compared with it, so that code can be moved on any CPU the records were stamped on. A record
+stamped before canaries named their kind is cleared by a kept canary of any kind that has its digest (that kind is
+its own), else compared with today's canary on this machine's kind, never with another kind's alone. Timing metrics
+(seconds, memory) are left out of the digest; a canary whose two runs disagree even so is not stored
+(`canary_stamp.stamp`), and its record cannot be cleared by a canary.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gradalign.environment import cpu_kind  # MKL, oneDNN choose by CPU model too: a like kind may not suffice
+from gradalign.records.machine_kind import machine_kind
 from gradalign.store.atomic import write_json_atomically
 from gradalign.store.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint, where_defined
 
@@ -169,7 +170,7 @@ def _todays(
     cached = by_kind.get(kind) if kind else None
     if isinstance(cached, dict) and isinstance(cached.get(str(fmt)), str):
         return cached[str(fmt)], kind
-    here = cpu_kind()
+    here = machine_kind()
     if entry is not None and not (run and kind == here and None not in by_kind):
         return entry["digests"][str(fmt)], entry.get("cpu")
     if not run:
@@ -227,7 +228,7 @@ def code_status(record: dict, run: bool = True) -> dict | None:
     fmt = canary.get("format", 1)
     if fmt not in FORMATS:
         return {"state": "stale", "changed": changed, "why": f"its canary has an unknown format {fmt!r}"}
-    kind, here = canary.get("cpu"), cpu_kind()
+    kind, here = canary.get("cpu"), machine_kind()
     also = canary.get("by_cpu")
     if kind != here and isinstance(also, dict) and isinstance(also.get(here), str):
         like = _on_this_kind(record, behaviour, fmt, run, also[here], here, changed)

@@ -23,7 +23,7 @@ from gradalign.records.canary import (
     _module,
     _torch_version,
     code_status,
-    cpu_kind,
+    machine_kind,
     run_canary,
 )
 from gradalign.store.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint
@@ -94,7 +94,7 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
                 "torch": _torch_version(),
                 "preset": "smoke",
                 "threads": 1,
-                "cpu": cpu_kind(),
+                "cpu": machine_kind(),
             }
         _save(store, record, path, "behaviour fingerprint and smoke canary of the unchanged code")
         counts["stamped"] += 1
@@ -113,7 +113,7 @@ def stamp_this_cpu(store=None, echo=print) -> dict[str, int]:
     from gradalign.records.results import ResultStore
 
     store = store or ResultStore()
-    here, counts = cpu_kind(), {"stamped": 0, "already": 0, "not current": 0, "no canary": 0}
+    here, counts = machine_kind(), {"stamped": 0, "already": 0, "not current": 0, "no canary": 0}
     canaries: dict[str, dict[int, str]] = {}
     for path, record in _records(store):
         canary = record.get("provenance", {}).get("canary")
