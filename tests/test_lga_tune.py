@@ -255,5 +255,5 @@ def test_the_tuning_table_shows_each_drawn_value_to_three_figures_and_a_decay_ne
     refuses a raw float in a table cell)."""
     from gradalign.experiments.lga.ssl_tuning import _short
 
-    assert [_short(v) for v in (0.999847, 0.9694, 0.999, 0.9)] == ["1 − 1.53e-04", "0.9694", "0.999", "0.9"]
+    assert [_short(v) for v in (0.999847, 0.9694, 0.999, 0.9)] == ["1\u202f−\u202f1.53e-04", "0.9694", "0.999", "0.9"]
     assert [_short(v) for v in (2.4e-6, 0.0293, 1.66, 0.3, 6.0)] == ["2.40e-06", "0.0293", "1.66", "0.3", "6"]

@@ -318,9 +318,10 @@ def tuning_view(root=None):
 def _short(value: float) -> str:
     """A drawn value for the page: 3 significant figures, in powers of ten below 0.01 (no long decimal runs); a value
     in (0.9, 1), an EMA decay, to 3 significant figures of 1 − decay: 0.9694, and "1 − 1.53e-04" for 0.999847 (3
-    figures of "1" hid the drawn window)."""
+    figures of "1" hid the drawn window), its spaces narrow and unbreakable (U+202F) so that a phone's narrow cell
+    does not wrap it."""
     if 0.999 < value < 1:
-        return f"1 − {1 - value:.2e}"
+        return f"1\u202f−\u202f{1 - value:.2e}"
     if 0.9 < value < 1:
         return f"{value:.{2 - math.floor(math.log10(1 - value))}f}".rstrip("0")
     return f"{value:.2e}" if value and abs(value) < 1e-2 else f"{value:.3g}"
