@@ -364,6 +364,44 @@ def test_a_record_stamped_on_this_cpu_kind_too_is_compared_with_that_canary(smok
     assert status["state"] == "stale" and status["why"] == f"smoke canary differs (on this CPU kind, {here})"
 
 
+def test_a_record_whose_code_ran_on_a_kind_this_machine_is_not_is_cleared_by_todays_kept_canary_of_that_kind(
+    smoke_record, monkeypatch
+):
+    """On a machine of a kind the record's canary never ran on, a kept canary of today's code on a kind it did run
+    on (its own, or one in `by_cpu`) compares like with like: equal there, the record is current by canary, and
+    nothing runs. The failing cases: the kept digest of that kind differs, or only a kind the record names not is
+    kept: the record is stale."""
+    import json
+
+    from gradalign.records import canary
+    from gradalign.records.canary import _cache_path, code_status
+    from gradalign.store.fingerprint import behaviour_fingerprint
+
+    ran = []
+    monkeypatch.setattr(canary, "run_canary", lambda element_id: ran.append(element_id))
+    record = _as_if_code_changed(smoke_record, next(iter(smoke_record["provenance"]["behaviour"])))
+    torch_version = record["provenance"]["canary"]["torch"]
+    record["provenance"]["canary"] = {
+        **record["provenance"]["canary"],
+        "digest": "a" * 16,
+        "cpu": "OTHER",
+        "by_cpu": {"SECOND": "b" * 16},
+    }
+    path = _cache_path("lga.prop1", behaviour_fingerprint("gradalign.experiments.lga.linear"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = {"id": "lga.prop1", "torch": torch_version, "cpu": "OTHER", "digests": {"1": "c" * 16, "2": "c" * 16}}
+    path.write_text(json.dumps({**kept, "by_cpu": {"SECOND": {"1": "b" * 16, "2": "b" * 16}}}))
+    status = code_status(record, run=False)
+    assert status["state"] == "current by canary" and "kind SECOND" in status["why"] and ran == []
+    path.write_text(json.dumps({**kept, "by_cpu": {"SECOND": {"1": "d" * 16, "2": "d" * 16}}}))
+    assert code_status(record)["why"] == "smoke canary differs" and ran == []  # OTHER's differs too
+    path.write_text(json.dumps({**kept, "digests": {"1": "a" * 16, "2": "a" * 16}}))  # the record's own kind
+    status = code_status(record)
+    assert status["state"] == "current by canary" and "kind OTHER" in status["why"] and ran == []
+    path.write_text(json.dumps({**kept, "cpu": "THIRD", "digests": {"1": "b" * 16, "2": "b" * 16}}))
+    assert code_status(record, run=False)["state"] == "stale" and ran == []  # SECOND's digest, on THIRD: not like
+
+
 def test_stamp_this_cpu_adds_this_kinds_canary_to_current_records_only(smoke_record, tmp_path):
     """`stamp_this_cpu` gives a record that is current by a canary of its own kind (OTHER, kept) its code's canary
     on this kind, in the record's format; a stale record (its canary differs on its own kind) gets none, and a

@@ -24,7 +24,8 @@ CPU kind (the record's, and each kept one); a kept canary of the record's kind i
 of that kind runs and keeps one where there is none (`_todays`), and a digest that differs across kinds leaves the
 record stale with that said, never blamed on the code alone. A record may also carry its code's canary on other
 kinds (`by_cpu`, added while its code was current: `canary_stamp.stamp_this_cpu`); on a machine of such a kind,
-today's canary there is compared with it, so that code can be moved on any CPU the records were stamped on. A record
+today's canary there is compared with it, so that code can be moved on any CPU the records were stamped on. On a
+machine of a kind the record never ran on, today's kept canary on a kind it did run on decides (`_on_a_named_kind`). A record
 stamped before canaries named their kind is cleared by a kept canary of any kind that has its digest (that kind is
 its own), else compared with today's canary on this machine's kind, never with another kind's alone. Timing metrics
 (seconds, memory) are left out of the digest; a canary whose two runs disagree even so is not stored
@@ -241,6 +242,10 @@ def code_status(record: dict, run: bool = True) -> dict | None:
             on = f" on a CPU of kind {named[0]}" if named[0] else ""
             why = f"smoke canary identical{on} (the record's canary names no kind)"
             return {"state": "current by canary", "changed": changed, "why": why}
+    if kind not in (None, here):  # no canary of the record's code on this kind: like with like on a kind it names
+        cleared = _on_a_named_kind(record, behaviour, fmt, {**(also if isinstance(also, dict) else {}), kind: canary})
+        if cleared is not None:
+            return {"state": "current by canary", "changed": changed, "why": cleared}
     today, today_kind = _todays(record["id"], behaviour, fmt, run, kind or here)
     if today is None or (kind is None and not run and today_kind not in (here, None)):  # none here, not to run
         return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
@@ -275,6 +280,19 @@ def _on_this_kind(
         why = f"smoke canary identical on this CPU kind ({here}), where the record's code ran it too"
         return {"state": "current by canary", "changed": changed, "why": why}
     return {"state": "stale", "changed": changed, "why": f"smoke canary differs (on this CPU kind, {here})"}
+
+
+def _on_a_named_kind(record: dict, behaviour: dict[str, str], fmt: int, theirs: dict) -> str | None:
+    """Why the record is current where a kept canary of today's code, on a CPU kind the record's canary also ran on
+    (`theirs`: kind to digest, the record's own kind's as the canary itself), gives the record's digest there; else
+    None. Reads files only: the two canaries ran on one kind, so their equality speaks of the code, not the CPU."""
+    kept = _kept(record["id"], behaviour, fmt)[1]
+    for name, digest in theirs.items():
+        digest = digest.get("digest") if isinstance(digest, dict) else digest
+        today = kept.get(name)
+        if name and isinstance(today, dict) and isinstance(digest, str) and today.get(str(fmt)) == digest:
+            return f"smoke canary identical on a CPU of kind {name}, where the record's code ran it too"
+    return None
 
 
 def stale_files(record: dict) -> list[str] | None:
