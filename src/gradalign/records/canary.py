@@ -25,10 +25,10 @@ of that kind runs and keeps one where there is none (`_todays`), and a digest th
 record stale with that said, never blamed on the code alone. A record may also carry its code's canary on other
 kinds (`by_cpu`, added while its code was current: `canary_stamp.stamp_this_cpu`); on a machine of such a kind,
 today's canary there is compared with it, so that code can be moved on any CPU the records were stamped on. On a
-machine of a kind the record never ran on, today's kept canary on a kind it did run on decides (`_on_a_named_kind`). A record
-stamped before canaries named their kind is cleared by a kept canary of any kind that has its digest (that kind is
-its own), else compared with today's canary on this machine's kind, never with another kind's alone. Timing metrics
-(seconds, memory) are left out of the digest; a canary whose two runs disagree even so is not stored
+machine of a kind the record never ran on, today's kept canary on a kind it did run on decides (`_on_a_named_kind`).
+A record stamped before canaries named their kind is cleared by a kept canary of any kind that has its digest (that
+kind is its own), else compared with today's canary on this machine's kind, never with another kind's alone. Timing
+metrics (seconds, memory) are left out of the digest; a canary whose two runs disagree even so is not stored
 (`canary_stamp.stamp`), and its record cannot be cleared by a canary.
 """
 
