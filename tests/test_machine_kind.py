@@ -1,7 +1,7 @@
-"""`records.machine_kind`: the CPU kind a smoke canary names, finer than torch's capability (two AVX512 machines
+"""`environment.machine_kind`: the CPU kind a smoke canary names, finer than torch's capability (two AVX512 machines
 of other vendors or extensions round seeded training differently)."""
 
-from gradalign.records.machine_kind import describe_machine, machine_kind
+from gradalign.environment import describe_machine, machine_kind
 
 INTEL = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu avx2 avx512f avx512_vnni\n\nprocessor\t: 1\n"
 AMD = "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f avx512_vnni avx512_bf16\n"

@@ -101,9 +101,13 @@ def test_a_cpu_run_names_the_kind_of_cpu_it_ran_on_and_a_gpu_run_does_not(monkey
     """Seeded CPU training is bit-identical only on one kind of CPU: a CPU run's provenance names its kind."""
     import torch
 
-    assert run_provenance({}, 1.0)["cpu_kind"] == torch.backends.cpu.get_cpu_capability() != ""
+    from gradalign.environment import machine_kind
+
+    here = run_provenance({}, 1.0)
+    assert here["cpu_kind"] == torch.backends.cpu.get_cpu_capability() != ""
+    assert here["machine_kind"] == machine_kind() and here["machine_kind"].startswith(here["cpu_kind"])
     _fake_gpu(monkeypatch)
-    assert "cpu_kind" not in run_provenance({"device": "cuda"}, 1.0)
+    assert not {"cpu_kind", "machine_kind"} & set(run_provenance({"device": "cuda"}, 1.0))
 
 
 def test_the_loop_notes_the_device_of_the_runs_tensors():

@@ -38,11 +38,54 @@ def hardware(device) -> str:
 
 
 def cpu_kind() -> str:
-    """The instruction set torch's CPU kernels dispatch on here ("AVX2", "AVX512", ...): seeded CPU training is
-    bit-identical at one thread on one kind of CPU, not across kinds."""
+    """The instruction set torch's CPU kernels dispatch on here ("AVX2", "AVX512", ...). Seeded CPU training at one
+    thread is bit-identical only on one kind of machine, and this alone does not name it: see `machine_kind`."""
     import torch
 
     return torch.backends.cpu.get_cpu_capability()
+
+
+EXTENSIONS = ("avx512_bf16", "avx512_fp16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_tile")
+"""The CPU flags (/proc/cpuinfo) oneDNN and MKL choose kernels by, beyond torch's capability (our choice)."""
+
+VENDORS = {"GenuineIntel": "Intel", "AuthenticAMD": "AMD"}
+
+
+def describe_machine(capability: str, cpuinfo: str) -> str:
+    """The kind's name from torch's `capability` and the text of /proc/cpuinfo: capability, then vendor and the
+    `EXTENSIONS` present in parentheses; a capability alone where cpuinfo says nothing (another OS)."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() not in fields:
+            fields[name.strip()] = value.strip()
+        if not line.strip() and fields:  # the first processor's block is enough
+            break
+    if not fields:
+        return capability
+    vendor = fields.get("vendor_id", "")
+    flags = set(fields.get("flags", "").split())
+    named = VENDORS.get(vendor, vendor or "unknown vendor")
+    present = [flag for flag in EXTENSIONS if flag in flags]
+    return f"{capability} ({named}{'; ' + ', '.join(present) if present else ''})"
+
+
+def machine_kind() -> str:
+    """What decides whether seeded CPU training at one thread is bit-identical on two machines, in words.
+
+    torch's vectorised kernels dispatch on its capability (`cpu_kind`), but the libraries under it choose too:
+    oneDNN by the ISA extensions it finds (VNNI, bf16, AMX), MKL by those and by the vendor. On 2026-12-07 an Intel
+    Xeon that torch calls AVX512 (VNNI, no bf16) gave other smoke canaries than the AVX512 AMD EPYC with native bf16
+    (9 of 13). So the kind names the vendor and those extensions beside the capability: "AVX512 (AMD; avx512_bf16,
+    avx512_vnni)" (`describe_machine`). Smoke canaries name it (`records.canary`), and so do CPU run entries
+    (`store.run_unit.run_provenance`). A canary or entry stored before names the capability alone ("AVX512",
+    "AVX2"): that is then the name of another kind, the machines that ran it (AMD EPYCs in this project's history).
+    """
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        cpuinfo = ""
+    return describe_machine(cpu_kind(), cpuinfo)
 
 
 def git_commit() -> str:
@@ -70,6 +113,7 @@ def provenance(device, seeds: list[int], wall_time_s: float) -> dict:
     return {
         "hardware": hardware(device),
         "cpu_kind": cpu_kind(),
+        "machine_kind": machine_kind(),
         "device": str(device),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

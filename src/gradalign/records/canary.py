@@ -43,7 +43,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gradalign.records.machine_kind import machine_kind
+from gradalign.environment import machine_kind
 from gradalign.store.atomic import write_json_atomically
 from gradalign.store.fingerprint import behaviour_fingerprint, changed_files, code_fingerprint, where_defined
 

@@ -172,8 +172,8 @@ def run_provenance(value: object, wall_time_s: float, parts: int = 1, devices=()
         device = torch.device("cpu")
     full = provenance(device, [], wall_time_s)
     names = ["hardware", "device", "torch", "git_commit", "wall_time_s", "date"]
-    if device.type == "cpu":  # seeded CPU training rounds differently on each CPU kind; on a GPU the host does not
-        names.append("cpu_kind")
+    if device.type == "cpu":  # seeded CPU training rounds differently on each kind of machine; a GPU run does not
+        names += ["cpu_kind", "machine_kind"]
     return {**{name: full[name] for name in names}, **({"parts": parts} if parts > 1 else {})}
 
 
