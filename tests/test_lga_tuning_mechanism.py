@@ -47,4 +47,26 @@ def test_the_committed_table_reads_the_runs_the_tuning_table_reads():
     assert len(table) == 2 * len(lga)
     for _, row in table.iterrows():
         shown = lga.loc[row["candidate"], f"validation accuracy, {row['labels']} labels (%)"]
-        assert row["validation accuracy (%)"] == (shown if shown != "not trained" else "not trained")
+        assert row["validation accuracy (%)"] == shown
+
+
+def test_a_candidate_not_trained_or_diverged_says_so_and_a_cosine_near_zero_is_never_negative_zero(
+    tmp_path, monkeypatch
+):
+    """An empty store: every candidate "not trained", but one whose run diverged (kept as a result, without an
+    entry) "diverged", as the tuning table says it; and `_cell` prints -0.0004 as +0.000."""
+    from gradalign.book import lga_tuning_mechanism
+    from gradalign.experiments import diverged_runs
+    from gradalign.experiments.lga.ssl_tuning import candidate_unit, candidates, cpu_config
+
+    cfg = cpu_config()
+    first = candidates(cfg, "lga")[1]
+    key = candidate_unit(cfg, "lga", 1, first, cfg.labels[0]).key
+    monkeypatch.setattr(diverged_runs, "diverged", lambda element_id, root=None: {key: {"why": "loss nan"}})
+    table = mechanism_table(tmp_path)
+    states = table.set_index(["candidate", "labels"])["validation accuracy (%)"]
+    assert states[(1, f"{cfg.labels[0]:,}")] == "diverged"
+    assert set(states.drop((1, f"{cfg.labels[0]:,}"))) == {"not trained"}
+    assert mechanism_reading(table, pd.DataFrame(columns=["method"])).startswith("No LGA candidate")
+    assert lga_tuning_mechanism._cell(-0.0004, "alignment_mean") == "+0.000"
+    assert lga_tuning_mechanism._cell(0.97551, "eps_dominated_mean") == "0.976"

@@ -367,10 +367,11 @@ def test_a_record_stamped_on_this_cpu_kind_too_is_compared_with_that_canary(smok
 def test_a_record_whose_code_ran_on_a_kind_this_machine_is_not_is_cleared_by_todays_kept_canary_of_that_kind(
     smoke_record, monkeypatch
 ):
-    """On a machine of a kind the record's canary never ran on, a kept canary of today's code on a kind it did run
-    on (its own, or one in `by_cpu`) compares like with like: equal there, the record is current by canary, and
-    nothing runs. The failing cases: the kept digest of that kind differs, or only a kind the record names not is
-    kept: the record is stale."""
+    """On a machine of a kind the record's canary never ran on, today's kept canaries on the kinds it did run on
+    (its own, and those in `by_cpu`) compare like with like, and nothing runs: equal on one and differing on none,
+    the record is current by canary, also where its own canary names no kind. The failing cases: a difference on
+    any such kind, even beside an equality on another, makes it stale; a kept canary of a kind the record names not
+    decides nothing (compared across kinds, stale)."""
     import json
 
     from gradalign.records import canary
@@ -389,17 +390,28 @@ def test_a_record_whose_code_ran_on_a_kind_this_machine_is_not_is_cleared_by_tod
     }
     path = _cache_path("lga.prop1", behaviour_fingerprint("gradalign.experiments.lga.linear"))
     path.parent.mkdir(parents=True, exist_ok=True)
-    kept = {"id": "lga.prop1", "torch": torch_version, "cpu": "OTHER", "digests": {"1": "c" * 16, "2": "c" * 16}}
-    path.write_text(json.dumps({**kept, "by_cpu": {"SECOND": {"1": "b" * 16, "2": "b" * 16}}}))
+
+    def keep(cpu: str, digest: str, **by_cpu: str) -> None:
+        entry = {"id": "lga.prop1", "torch": torch_version, "cpu": cpu, "digests": {"1": digest, "2": digest}}
+        path.write_text(json.dumps({**entry, "by_cpu": {k: {"1": d, "2": d} for k, d in by_cpu.items()}}))
+
+    keep("OTHER", "a" * 16, SECOND="b" * 16)  # equal on both kinds the record ran on
+    status = code_status(record, run=False)
+    assert status["state"] == "current by canary" and "kind SECOND and OTHER" in status["why"] and ran == []
+    keep("SECOND", "b" * 16)  # only one of them kept, equal there
     status = code_status(record, run=False)
     assert status["state"] == "current by canary" and "kind SECOND" in status["why"] and ran == []
-    path.write_text(json.dumps({**kept, "by_cpu": {"SECOND": {"1": "d" * 16, "2": "d" * 16}}}))
-    assert code_status(record)["why"] == "smoke canary differs" and ran == []  # OTHER's differs too
-    path.write_text(json.dumps({**kept, "digests": {"1": "a" * 16, "2": "a" * 16}}))  # the record's own kind
+    keep("OTHER", "c" * 16, SECOND="b" * 16)  # equal on SECOND, but the record's own kind differs
     status = code_status(record)
-    assert status["state"] == "current by canary" and "kind OTHER" in status["why"] and ran == []
-    path.write_text(json.dumps({**kept, "cpu": "THIRD", "digests": {"1": "b" * 16, "2": "b" * 16}}))
-    assert code_status(record, run=False)["state"] == "stale" and ran == []  # SECOND's digest, on THIRD: not like
+    assert status["state"] == "stale" and "differs on a CPU of kind OTHER" in status["why"] and ran == []
+    keep("THIRD", "b" * 16)  # SECOND's digest, on a kind the record never ran on: not like with like
+    status = code_status(record, run=False)
+    assert status["state"] == "stale" and ran == []
+    assert status["why"].endswith(canary.BARE)  # OTHER names no vendor: a label no machine reports now
+    del record["provenance"]["canary"]["cpu"]  # stamped before canaries named their kind, with a by_cpu
+    keep("SECOND", "b" * 16)
+    status = code_status(record, run=False)
+    assert status["state"] == "current by canary" and "kind SECOND" in status["why"] and ran == []
 
 
 def test_stamp_this_cpu_adds_this_kinds_canary_to_current_records_only(smoke_record, tmp_path):

@@ -13,12 +13,27 @@ from __future__ import annotations
 import math
 
 EMPTY = "not trained"
+DIVERGED = "diverged"  # as `ssl_tuning.tuning_view` shows a candidate whose run diverged
+COLUMNS = {
+    "eps_dominated_mean": "ε-dominated share, mean over training",
+    "eps_dominated_last": "ε-dominated share, last evaluation",
+    "alignment_mean": "cos(g_ℓ, g_u), mean over training",
+    "val_acc": "validation accuracy (%)",
+}
 DEFAULT_EPS_NORM = 1e-3  # candidate 0's ε_norm (Figure 7's setting), shown before its run is read
 
 
 def _mean(values: list) -> float | None:
     finite = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     return sum(finite) / len(finite) if finite else None
+
+
+def _cell(value: float, key: str) -> str:
+    """A share to 3 decimals, a cosine signed to 3 (never "-0.000"), an accuracy to 2."""
+    if key == "val_acc":
+        return f"{value:.2f}"
+    value = round(value, 3) + 0.0  # -0.0004 rounds to -0.0, and + 0.0 makes it 0.0
+    return f"{value:+.3f}" if key == "alignment_mean" else f"{value:.3f}"
 
 
 def run_mechanism(value: dict) -> dict[str, float | None]:
@@ -39,13 +54,37 @@ def mechanism_table(root=None):
     candidate's run is not committed. `root`: the results folder (default: the project's)."""
     import pandas as pd
 
+    from gradalign.experiments.diverged_runs import diverged
     from gradalign.experiments.lga.ssl_tuning import candidates, candidate_unit, cpu_config
     from gradalign.store.run_unit import read_entry
     from gradalign.store.store_root import results_root
 
     cfg, folder, rows = cpu_config(), (root or results_root()) / "runs", []
+    stopped = diverged("lga.tune", root)
     if "lga" not in cfg.methods:
         return pd.DataFrame(rows)
+    for i, changes in enumerate(candidates(cfg, "lga")):
+        drawn = {name: v for _, name, v in changes}
+        for n in cfg.labels:
+            unit = candidate_unit(cfg, "lga", i, changes, n)
+            entry = read_entry(folder, unit)
+            row = {"candidate": i, "labels": f"{int(n):,}"}
+            if entry is None:  # not trained, or diverged (kept as a result, no entry)
+                eps = drawn.get("eps_norm", DEFAULT_EPS_NORM)
+                row["ε_norm"] = f"{eps:.2e}"
+                row.update(dict.fromkeys(COLUMNS.values(), DIVERGED if unit.key in stopped else EMPTY))
+                rows.append(row)
+                continue
+            value = entry["value"]
+            row["ε_norm"] = f"{value['settings']['eps_norm']:.2e}"
+            got = {**run_mechanism(value), "val_acc": None}
+            if isinstance(value.get("best_val_error"), (int, float)):
+                got["val_acc"] = 100 - value["best_val_error"]
+            for key, column in COLUMNS.items():
+                v = got[key]
+                row[column] = "not recorded" if v is None else _cell(v, key)
+            rows.append(row)
+    return pd.DataFrame(rows)
     for i, changes in enumerate(candidates(cfg, "lga")):
         for n in cfg.labels:
             entry = read_entry(folder, candidate_unit(cfg, "lga", i, changes, n))
@@ -80,8 +119,8 @@ def mechanism_reading(table, tuning) -> str:
     """A sentence on the table: the range of the mean ε-dominated share over the recorded candidates, and the share
     of the LGA candidate chosen at each label count (`tuning`: `ssl_tuning.tuning_view`'s frame, its "chosen at n"
     columns)."""
-    column = "ε-dominated share, mean over training"
-    recorded = table[~table[column].isin([EMPTY, "not recorded"])] if len(table) else table
+    column = COLUMNS["eps_dominated_mean"]
+    recorded = table[~table[column].isin([EMPTY, DIVERGED, "not recorded"])] if len(table) else table
     if not len(recorded):
         return "No LGA candidate of the study has recorded the ε-dominated share yet."
     shares = recorded[column].astype(float)

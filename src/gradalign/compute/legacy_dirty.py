@@ -1,12 +1,15 @@
 """The legacy run entries from dirty trees: which element reads each, and retraining them from committed code.
 
-Before `gradalign run` refused a dirty tree (2026-11-27), some run entries were committed from uncommitted code; they
-are listed in `tests/dirty_run_entries.txt` (the test there fails on a new one, and on a listed one that is clean).
-Seeded CPU training is bit-identical at one thread on one kind of CPU, so a CPU entry trained again from committed
-code on the CPU that trained it has the same value, and only its provenance changes. On another kind of CPU it need
-not: on 2026-11-28 an AVX2 EPYC (no AVX512) retrained `sgr.tab3`'s Reforward seed 0 to 84.1 % where the entry held
-84.2 %. `retrain` prints every value that moved; where one did, as for a CUDA entry, the records reading it are
-assembled again. A CUDA entry trained again on a CPU is a new run on other hardware: its value moves a little.
+Before `gradalign run` refused a dirty tree (2026-11-27), some run entries were committed from uncommitted code;
+they are listed in `tests/dirty_run_entries.txt` (the test there fails on a new one, and on a listed one that is
+clean). Seeded CPU training is bit-identical at one thread on one kind of machine (`environment.machine_kind`:
+torch's capability, the vendor, the extensions oneDNN and MKL choose by), so a CPU entry trained again from
+committed code on the kind that trained it has the same value, and only its provenance changes. On another kind it
+need not: on 2026-11-28 an AVX2 EPYC (no AVX512) retrained `sgr.tab3`'s Reforward seed 0 to 84.1 % where the entry
+held 84.2 %, and on 2026-12-07 an AVX512 Intel Xeon without bf16 gave 9 of 13 smoke canaries other than the AVX512
+EPYC's. An entry from before 2026-12-07 names torch's capability alone; its `hardware` line names the CPU model.
+`retrain` prints every value that moved; where one did, as for a CUDA entry, the records reading it are assembled
+again. A CUDA entry trained again on a CPU is a new run on other hardware: its value moves a little.
 
 An entry belongs to an element when it is one of the element's units at its `cpu` preset, or at half its budget
 (`claim_budget.half_overrides`, which the claim-level budget check reads). Other readers exist (the book's supervised

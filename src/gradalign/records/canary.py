@@ -13,23 +13,24 @@ reformat, a moved function): *current*. Otherwise the changed definitions are na
 run on today's code: the same outcome digest makes the record *current by canary*, never "untouched"; a
 different one, or no canary to compare, makes it *stale*.
 
-What a canary cannot see: a code path that only a larger preset takes (a branch on the number of epochs, the
-GPU path, a half-budget check that smoke does not assemble), and a change whose effect at smoke rounds away.
-A canary is compared only where it was computed under the same torch version (another torch can round differently,
-so the record is then stale, conservatively). Nor is seeded CPU training bit-identical across kinds of CPU: torch
-dispatches other kernels by the CPU's instruction set (AVX2, AVX512, ...), oneDNN and MKL by its extensions and
-vendor (`machine_kind`). On 2026-11-28 15 canaries run on an AVX2 EPYC differed from the AVX512 ones of the same
-code; on 2026-12-07 an AVX512 Intel Xeon without bf16 differed from the AVX512 EPYC with it. So a canary names its
-CPU kind (the record's, and each kept one); a kept canary of the record's kind is used where there is one, a machine
-of that kind runs and keeps one where there is none (`_todays`), and a digest that differs across kinds leaves the
-record stale with that said, never blamed on the code alone. A record may also carry its code's canary on other
-kinds (`by_cpu`, added while its code was current: `canary_stamp.stamp_this_cpu`); on a machine of such a kind,
-today's canary there is compared with it, so that code can be moved on any CPU the records were stamped on. On a
-machine of a kind the record never ran on, today's kept canary on a kind it did run on decides (`_on_a_named_kind`).
-A record stamped before canaries named their kind is cleared by a kept canary of any kind that has its digest (that
-kind is its own), else compared with today's canary on this machine's kind, never with another kind's alone. Timing
-metrics (seconds, memory) are left out of the digest; a canary whose two runs disagree even so is not stored
-(`canary_stamp.stamp`), and its record cannot be cleared by a canary.
+What a canary cannot see: a code path that only a larger preset takes (a branch on the number of epochs, the GPU
+path, a half-budget check that smoke does not assemble), and a change whose effect at smoke rounds away. A canary is
+compared only where it was computed under the same torch version (another torch can round differently, so the record
+is then stale, conservatively). Nor is seeded CPU training bit-identical across kinds of CPU: torch dispatches other
+kernels by the CPU's instruction set (AVX2, AVX512, ...), oneDNN and MKL by its extensions and vendor
+(`machine_kind`). On 2026-11-28 15 canaries run on an AVX2 EPYC differed from the AVX512 ones of the same code; on
+2026-12-07 an AVX512 Intel Xeon without bf16 differed from the AVX512 EPYC with it. So a canary names its CPU kind
+(the record's, and each kept one); a kept canary of the record's kind is used where there is one, a machine of that
+kind runs and keeps one where there is none (`_todays`), and a digest that differs across kinds leaves the record
+stale with that said, never blamed on the code alone. A record may also carry its code's canary on other kinds
+(`by_cpu`, added while its code was current: `canary_stamp.stamp_this_cpu`); on a machine of such a kind, today's
+canary there is compared with it, so that code can be moved on any CPU the records were stamped on. Today's kept
+canaries on the other kinds the record's canary ran on are compared too, from files (`_on_named_kinds`): a
+difference on any makes it stale, an equality with none differing current by canary. A record stamped before
+canaries named their kind is cleared by a kept canary of any kind that has its digest (that kind is its own), else
+compared with today's canary on this machine's kind, never with another kind's alone. Timing metrics (seconds,
+memory) are left out of the digest; a canary whose two runs disagree even so is not stored (`canary_stamp.stamp`),
+and its record cannot be cleared by a canary.
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ FORMATS = {1: lambda v: f"{v:.10g}", 2: lambda v: f"{round(v, 12):.10g}"}
 two runs of the same code, and in a value that is itself a tiny difference (`sgr.thm33`'s bounds near 1e-12)
 those bits are the leading digits: format 2 ignores what lies below 1e-12. Records are stamped in `FORMAT`."""
 FORMAT = 2
+
+BARE = (
+    " (a bare label, from before kinds named vendor and extensions, that no machine reports now: recompute the record"
+    " to tell them apart)"
+)
 
 
 def _leaves(value: Any, prefix: str = ""):
@@ -200,8 +206,10 @@ def code_status(record: dict, run: bool = True) -> dict | None:
     {"state": "current" | "current by canary" | "stale", "changed": [...], "why": words}. `changed` names the
     definitions whose behaviour moved (or the files, for a record without a behaviour fingerprint). `run`:
     whether the canary may run here (else only a cached one is used, and a record it would decide is stale).
-    A record whose canary names no CPU kind (stamped before canaries named theirs) is cleared by a kept canary of any
-    kind with its digest, that kind being its own; else today's canary on this kind is compared with it.
+    Like with like first: today's canary on this machine's kind where the record's ran here too (`_on_this_kind`),
+    then today's kept canaries on the kinds the record's ran on (`_on_named_kinds`). A record whose canary names no
+    CPU kind (stamped before canaries named theirs) is cleared by a kept canary of any kind with its digest, that
+    kind being its own; else today's canary on this kind is compared with it.
     """
     provenance = record.get("provenance", {})
     stored = provenance.get("code")
@@ -235,6 +243,9 @@ def code_status(record: dict, run: bool = True) -> dict | None:
         like = _on_this_kind(record, behaviour, fmt, run, also[here], here, changed)
         if like is not None:
             return like
+    named = _on_named_kinds(record, behaviour, fmt, {**(also if isinstance(also, dict) else {}), kind: canary})
+    if named is not None:  # like with like on a kind the record's code ran its canary on, from kept files only
+        return {**named, "changed": changed}
     if kind is None:  # stamped before canaries named their kind: the kind whose kept canary equals it is its own
         kept_digests = _kept(record["id"], behaviour, fmt)[1].items()
         named = [k for k, d in kept_digests if isinstance(d, dict) and d.get(str(fmt)) == canary["digest"]]
@@ -242,10 +253,6 @@ def code_status(record: dict, run: bool = True) -> dict | None:
             on = f" on a CPU of kind {named[0]}" if named[0] else ""
             why = f"smoke canary identical{on} (the record's canary names no kind)"
             return {"state": "current by canary", "changed": changed, "why": why}
-    if kind not in (None, here):  # no canary of the record's code on this kind: like with like on a kind it names
-        cleared = _on_a_named_kind(record, behaviour, fmt, {**(also if isinstance(also, dict) else {}), kind: canary})
-        if cleared is not None:
-            return {"state": "current by canary", "changed": changed, "why": cleared}
     today, today_kind = _todays(record["id"], behaviour, fmt, run, kind or here)
     if today is None or (kind is None and not run and today_kind not in (here, None)):  # none here, not to run
         return {"state": "stale", "changed": changed, "why": "smoke canary not run on today's code"}
@@ -255,6 +262,7 @@ def code_status(record: dict, run: bool = True) -> dict | None:
         why = (
             f"smoke canary differs, but today's ran on a CPU of kind {today_kind} and the record's on one of kind "
             f"{kind}, which round differently: run `gradalign stale` on a {kind} CPU to tell the code from the CPU"
+            + (BARE if "(" not in kind else "")
         )
         return {"state": "stale", "changed": changed, "why": why}
     if kind is None and today_kind:
@@ -282,16 +290,24 @@ def _on_this_kind(
     return {"state": "stale", "changed": changed, "why": f"smoke canary differs (on this CPU kind, {here})"}
 
 
-def _on_a_named_kind(record: dict, behaviour: dict[str, str], fmt: int, theirs: dict) -> str | None:
-    """Why the record is current where a kept canary of today's code, on a CPU kind the record's canary also ran on
-    (`theirs`: kind to digest, the record's own kind's as the canary itself), gives the record's digest there; else
-    None. Reads files only: the two canaries ran on one kind, so their equality speaks of the code, not the CPU."""
+def _on_named_kinds(record: dict, behaviour: dict[str, str], fmt: int, theirs: dict) -> dict | None:
+    """Today's kept canaries compared with the record's on each CPU kind both ran on (`theirs`: kind to the record's
+    digest, or to its canary for its own kind; a None kind is skipped). A difference on any such kind makes the
+    record stale (like with like, so it is the code's); an equality on one, with none differing, makes it current
+    by canary; None where no kind has both. Reads files only, so it decides on a machine of none of those kinds."""
     kept = _kept(record["id"], behaviour, fmt)[1]
+    same, differ = [], []
     for name, digest in theirs.items():
         digest = digest.get("digest") if isinstance(digest, dict) else digest
-        today = kept.get(name)
-        if name and isinstance(today, dict) and isinstance(digest, str) and today.get(str(fmt)) == digest:
-            return f"smoke canary identical on a CPU of kind {name}, where the record's code ran it too"
+        today = kept.get(name) if name else None
+        if isinstance(today, dict) and isinstance(digest, str) and isinstance(today.get(str(fmt)), str):
+            (same if today[str(fmt)] == digest else differ).append(name)
+    if differ:
+        return {"state": "stale", "why": f"smoke canary differs on a CPU of kind {differ[0]}, where the record's ran"}
+    if same:
+        kinds = " and ".join(same)
+        why = f"smoke canary identical on a CPU of kind {kinds}, where the record's code ran it too"
+        return {"state": "current by canary", "why": why}
     return None
 
 

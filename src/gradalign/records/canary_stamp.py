@@ -1,10 +1,11 @@
 """Stamping records with their smoke canary, and `gradalign stale` (`canary` decides what a stamp means).
 
 `stamp` gives a record whose library files are today's, byte for byte, its behaviour fingerprint and its
-smoke canary, on this machine's CPU kind. `stamp_this_cpu` gives a record that is current (by its code, or by
-its canary on the record's own CPU kind) its canary on this machine's kind as well (`by_cpu`): seeded CPU runs
-differ across kinds, so without it a record stamped on an AVX512 machine could never be cleared by a canary run
-on an AVX2 one, and every change of code its experiment reads would leave it stale there. Each canary runs
+smoke canary, on this machine's CPU kind (`environment.machine_kind`). `stamp_this_cpu` gives a record that is
+current (by its code, or by its canary on a kind its code ran it on) its canary on this machine's kind as well
+(`by_cpu`): seeded CPU runs differ across kinds (an AVX2 and an AVX512 machine, and two AVX512 machines of other
+vendors and extensions), so without it a record stamped on one kind could be cleared on another only by a canary
+of today's code kept from a kind it names, and a change made there could not be judged like with like. Each canary runs
 twice; two different digests store none.
 """
 
@@ -107,9 +108,9 @@ def stamp(store=None, echo=print, force: bool = False) -> dict[str, int]:
 
 def stamp_this_cpu(store=None, echo=print) -> dict[str, int]:
     """Add this machine's CPU kind's canary (`canary.by_cpu[kind]`, in the canary's format) to every stored record
-    that is current (`code_status`: the same code, or a canary that cleared it on the record's own kind) and whose
-    canary ran on another kind. Today's code is then the record's code, or code whose smoke outcome its canary
-    showed to be the record's; its canary here stands for the record's code on this kind."""
+    that is current (`code_status`: the same code, or a canary that cleared it on a kind the record's canary ran on)
+    and whose canary ran on another kind. Today's code is then the record's code, or code whose smoke outcome its
+    canary showed to be the record's; its canary here stands for the record's code on this kind."""
     from gradalign.records.results import ResultStore
 
     store = store or ResultStore()
