@@ -80,6 +80,9 @@ def machine_kind() -> str:
     avx512_vnni)" (`describe_machine`). Smoke canaries name it (`records.canary`), and so do CPU run entries
     (`store.run_unit.run_provenance`). A canary or entry stored before names the capability alone ("AVX512",
     "AVX2"): that is then the name of another kind, the machines that ran it (AMD EPYCs in this project's history).
+    What it does not see: environment settings that pick other kernels (`ONEDNN_MAX_CPU_ISA`,
+    `MKL_ENABLE_INSTRUCTIONS`, `MKL_CBWR`), microarchitectures that share these flags, and CPUs whose cpuinfo has no
+    `vendor_id` and `flags` lines (ARM): a canary that differs on a like kind still leaves its record stale.
     """
     try:
         cpuinfo = Path("/proc/cpuinfo").read_text()
