@@ -140,6 +140,25 @@ def test_padding_keeps_every_stored_run_key_and_is_for_a_vgg_only():
         study.resolve("cpu", {"pad_to": 20})
 
 
+def test_a_reading_of_lambda_keys_sgr_alone_and_reuses_the_other_arms_runs():
+    """Global BP and layer-wise training never read λ (`methods.local`): their specs carry `UNUSED_LAM` at any λ
+    of the study, so `--set lam=1` trains SGR alone; SGR's own key moves with λ; at the presets' λ nothing moves."""
+    from gradalign.experiments import get
+    from gradalign.experiments.sgr.vgg_without_bn import UNUSED_LAM
+
+    study = get("sgr.tab7nobn")
+    at = {lam: study.resolve("cpu", {"pad_to": 32, "lam": lam}) for lam in (1.0, UNUSED_LAM)}
+    assert at[UNUSED_LAM].lam == study.resolve("cpu", {"pad_to": 32}).lam == UNUSED_LAM  # the presets' λ
+
+    def key(lam: float, method: str, modules: int) -> dict:  # what a run's key digests
+        return at[lam].spec("vgg57", method, modules, "fashion_mnist", 0).to_dict()
+
+    assert key(1.0, "global_bp", 1) == key(UNUSED_LAM, "global_bp", 1)
+    assert key(1.0, "layerwise", 55) == key(UNUSED_LAM, "layerwise", 55)
+    assert key(1.0, "sgr", 55) != key(UNUSED_LAM, "sgr", 55)
+    assert at[1.0].spec("vgg57", "sgr", 55, "fashion_mnist", 0).method.lam == 1.0
+
+
 def test_a_padded_run_sees_32_pixel_images_in_training_and_evaluation():
     from gradalign.training.local import train_local
     from gradalign.training.local_data import local_data

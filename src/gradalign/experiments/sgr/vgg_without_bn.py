@@ -42,6 +42,10 @@ from gradalign.training.local import RUN_VERSION
 NOTEBOOK = "notebooks/sgr/02_local_bp.ipynb"
 NEAR_CHANCE = 5.0  # accuracy points above chance within which a depth counts as untrained at every rate (ours)
 ARMS = ("sgr", "layerwise")  # trained at the deepest depth, beside global BP at its chosen rate
+UNUSED_LAM = 100.0
+"""The λ a global-BP or layer-wise run's spec carries, whatever the study's: neither reads λ (`methods.local`), and
+this is the value their committed runs were keyed with (every preset's λ until 2026-12-07), so that a reading of λ
+(`--set lam=1`) trains SGR alone and reads the other arms' committed runs."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +73,8 @@ class NoBNConfig(Table7Config):
 
     def spec(self, network: str, method: str, modules: int, dataset: str, seed: int):
         base = super().spec(network, method, modules, dataset, seed)
+        if method != "sgr":  # λ acts in SGR's objective alone (Eq. 5): see `UNUSED_LAM`
+            base = replace(base, method=replace(base.method, lam=UNUSED_LAM))
         return replace(base, vgg_batch_norm=False, validation=self.validation, vgg_init=self.init, pad_to=self.pad_to)
 
 
