@@ -246,3 +246,21 @@ def test_the_padded_readings_sentence_names_each_half_and_lambda_only_where_laye
     held = reading(_nobn_record(20.0, 60.0, 70.0, 3))
     assert "3 seeds" in held and "it collapses" in held and "the second half holds" in held
     assert "leading alternative" not in held and held.endswith("The record is reproduced.")
+
+
+def test_the_backlog_holds_the_padded_reading_at_other_lambdas_each_training_sgr_alone():
+    """`backlog.PADDED_LAMBDAS` follow the padded reading in the GPU backlog, the compute page says what each is for,
+    and with the padded reading's runs committed each of them leaves SGR's run at VGG-57 alone to train."""
+    from gradalign.compute.backlog import BACKLOG, PADDED_LAMBDAS, PADDED_NO_BN
+    from gradalign.compute.pilots import uncommitted
+    from gradalign.compute.window_report import purpose
+    from gradalign.experiments import get
+    from gradalign.experiments.units import units_of
+
+    at = BACKLOG.index(PADDED_NO_BN)
+    assert BACKLOG[at + 1 : at + 1 + len(PADDED_LAMBDAS)] == PADDED_LAMBDAS
+    assert [item[2]["lam"] for item in PADDED_LAMBDAS] == [1.0, 10.0]
+    for element_id, preset, overrides in PADDED_LAMBDAS:
+        assert f"SGR at λ = {overrides['lam']:g} (mean)" in purpose(element_id, preset, overrides)
+        left = uncommitted(units_of(element_id, get(element_id).resolve(preset, overrides)))
+        assert [unit.label for unit in left] in ([], ["SGR K=55 vgg57 seed 0"])

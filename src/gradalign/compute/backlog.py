@@ -18,6 +18,12 @@ PADDED_NO_BN = ("sgr.tab7nobn", "cpu", {"pad_to": 32})
 """Table 7 without BN on Fashion-MNIST padded to CIFAR's 32 pixels: whether the collapse at 28 pixels is depth's or the
 1×1 maps' (`analysis.signal_at_init`); its `cpu` scale (one seed), then its `gpu` preset (3 seeds), in the backlog."""
 
+PADDED_LAMBDAS = tuple(("sgr.tab7nobn", "cpu", {"pad_to": 32, "lam": lam}) for lam in (1.0, 10.0))
+"""The padded reading at other λ (mean reduction): its layer-wise arm (SGR at λ = 0) trained VGG-57 to 42 % where
+SGR at the presets' λ = 10² (chosen on the BN VGG, `sgr.lam7`) stayed at chance, so λ is the leading alternative
+explanation of SGR's half. Only SGR's run at VGG-57 trains (`vgg_without_bn.UNUSED_LAM`): about 60 min on one AVX512
+EPYC thread, 2.4 h on an AVX512 Xeon without bf16 (measured 2026-12-07), minutes on a GPU."""
+
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
     + tuple((element_id, "cpu", CONTROL) for element_id in CONTROLLED)
@@ -26,6 +32,7 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
     + tuple((element_id, "cpu", {}) for element_id in OVER_CPU_BUDGET)
     + tuple((PILOTS[name].element, "cpu", PILOTS[name].overrides) for name in ON_GPU if name not in CLOSED)
     + (PADDED_NO_BN,)
+    + PADDED_LAMBDAS
     + DEEP_SEEDS
     + ((PADDED_NO_BN[0], "gpu", PADDED_NO_BN[2]),)
     + tuple(
@@ -47,14 +54,14 @@ BACKLOG: tuple[tuple[str, str, dict], ...] = (
 )
 """(element id, preset, overrides) in priority order (the backlog of GPU runs): first the `cpu` runs lost with a
 machine's cache (`pilots.RUNS_LOST`, seconds each on a GPU), then LGA's mechanism controls (α_w = 0,
-`experiments.lga.validity.CONTROL`: about 2.5 min each there), then the other elements' runs at half their
-budget (`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales that the pilots chose (`pilots.RERUNS`)
-and the budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in `pilots.QUEUE`'s order, then the `cpu`
-presets over the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`),
-then Table 7 without BN at 32 pixels (`PADDED_NO_BN`), then SGR's VGG-57 at 5 seeds in both readings
-(`experiments.sgr.deep_seeds`), then the padded reading's `gpu` preset, then the `gpu` presets (Table 7
-without BN first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after it; the meta-gradient
-Tables 1, 2, 4 in that order). Units already committed are read, not trained."""
+`experiments.lga.validity.CONTROL`: about 2.5 min each there), then the other elements' runs at half their budget
+(`claim_budget.HALF_BUDGET_QUEUE`), then the reruns of the `cpu` scales that the pilots chose (`pilots.RERUNS`) and the
+budget checks (`pilots.BUDGET_CHECKS`: runs at half the epochs), in `pilots.QUEUE`'s order, then the `cpu` presets over
+the two-core budget (`OVER_CPU_BUDGET`), then the pilots over it (`ON_GPU`, less the `CLOSED`), then Table 7 without BN
+at 32 pixels (`PADDED_NO_BN`) and at other λ (`PADDED_LAMBDAS`), then SGR's VGG-57 at 5 seeds in both readings
+(`experiments.sgr.deep_seeds`), then the padded reading's `gpu` preset, then the `gpu` presets (Table 7 without BN
+first: its deepest arms at 3 seeds, then LGA's Figure 7 and its subsets after it; the meta-gradient Tables 1, 2, 4 in
+that order). Units already committed are read, not trained."""
 
 
 def full_backlog() -> tuple[tuple[str, str, dict], ...]:
