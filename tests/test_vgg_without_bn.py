@@ -264,3 +264,37 @@ def test_the_backlog_holds_the_padded_reading_at_other_lambdas_each_training_sgr
         assert f"SGR at λ = {overrides['lam']:g} (mean)" in purpose(element_id, preset, overrides)
         left = uncommitted(units_of(element_id, get(element_id).resolve(preset, overrides)))
         assert [unit.label for unit in left] in ([], ["SGR K=55 vgg57 seed 0"])
+
+
+def test_the_28_pixel_record_stored_before_pad_to_existed_is_found_and_the_padded_one_too():
+    """`NoBNConfig.to_dict` leaves `pad_to` out of the record's key at its default, as it was before the field: the
+    committed 28-pixel record keeps its key (the page showed "no record stored" while the field was in it)."""
+    from gradalign.experiments import get
+    from gradalign.records.runner import stored_record
+
+    study = get("sgr.tab7nobn")
+    assert "pad_to" not in study.resolve("cpu", {}).to_dict()
+    assert study.resolve("cpu", {"pad_to": 32}).to_dict()["pad_to"] == 32
+    plain, padded = stored_record("sgr.tab7nobn", "cpu"), stored_record("sgr.tab7nobn", "cpu", {"pad_to": 32})
+    assert plain is not None and "pad_to" not in plain["config"]
+    assert padded is not None and padded["config"]["pad_to"] == 32
+
+
+def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambdas_run_or_not_trained():
+    """`nobn_sweep.lambda_test`: at the padded record (SGR below its mark) each λ of `PADDED_LAMBDAS` with its
+    committed run's accuracy or "not trained yet"; nothing where SGR reached the mark, or at 28 pixels (the
+    backlog holds the padded reading only)."""
+    import copy
+
+    from gradalign.book.nobn_sweep import lambda_test
+    from gradalign.records.runner import stored_record
+
+    padded = stored_record("sgr.tab7nobn", "cpu", {"pad_to": 32})
+    text = lambda_test(padded)
+    assert "λ = 1: " in text and "λ = 10: " in text and "VGG-57" in text
+    passed = copy.deepcopy(padded)
+    passed["checks"]["sgr_trains_deepest_without_bn"]["passed"] = True
+    assert lambda_test(passed) == ""
+    plain = copy.deepcopy(padded)
+    plain["config"].pop("pad_to")
+    assert lambda_test(plain) == ""

@@ -37,6 +37,7 @@ from gradalign.data.image_sets import image_set_info
 from gradalign.experiments.base import Experiment, check, never_used, outcome
 from gradalign.experiments.sgr.local_runs import Table7Config, curves_of, run_group, summary
 from gradalign.models.vgg_deep import INITS
+from gradalign.store.run_unit import without_defaults
 from gradalign.training.local import RUN_VERSION
 
 NOTEBOOK = "notebooks/sgr/02_local_bp.ipynb"
@@ -67,6 +68,10 @@ class NoBNConfig(Table7Config):
         require(self, "init", self.init in INITS, f"must be one of {', '.join(INITS)}")
         size = image_set_info(self.datasets[0]).image_size if len(self.datasets) == 1 else 0
         require(self, "pad_to", self.pad_to == 0 or self.pad_to >= size, f"must be 0 or >= the image size ({size})")
+
+    def to_dict(self) -> dict:
+        """The record's key leaves `pad_to` out at its default (0): the 28-pixel record was stored before the field."""
+        return without_defaults(self, super().to_dict(), ("pad_to",))
 
     def at_rate(self, lr: float) -> "NoBNConfig":
         return replace(self, protocol=replace(self.protocol, lr=lr))
