@@ -17,7 +17,7 @@ DIVERGED = "diverged"  # as `ssl_tuning.tuning_view` shows a candidate whose run
 COLUMNS = {
     "eps_dominated_mean": "ε-dominated share, mean over training",
     "eps_dominated_last": "ε-dominated share, last evaluation",
-    "alignment_mean": "cos(g_ℓ, g_u), mean over training",
+    "alignment_mean": "gradient alignment, mean over training",  # cos(g_ℓ, g_u); the diagnostics table's name
     "val_acc": "validation accuracy (%)",
 }
 DEFAULT_EPS_NORM = 1e-3  # candidate 0's ε_norm (Figure 7's setting), shown before its run is read
