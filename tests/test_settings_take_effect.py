@@ -116,7 +116,7 @@ RECORD_LEVEL = {"isoloss.tab1": {"bench_dims"}, "sgr.tab7nobn": {"seeds", "sgr_s
 """Fields of experiments with units that the record computes with itself, beside its units (the DirectPred cost
 sweep; the no-BN study's deepest arms, whose rate its sweep chooses: λ is SGR's alone there, the sweep's keys
 carry `vgg_without_bn.UNUSED_LAM`): they change the record's hash and computation, not the units' keys. Each is
-checked to be read."""
+checked to be read; that λ moves SGR's own key is `test_vgg_without_bn`'s."""
 
 
 @pytest.mark.parametrize("element_id", sorted(EXPERIMENTS))

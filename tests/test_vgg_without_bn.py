@@ -280,7 +280,7 @@ def test_the_28_pixel_record_stored_before_pad_to_existed_is_found_and_the_padde
     assert padded is not None and padded["config"]["pad_to"] == 32
 
 
-def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambdas_run_or_not_trained():
+def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambdas_run_or_not_trained(monkeypatch):
     """`nobn_sweep.lambda_test`: at the padded record (SGR below its mark) each λ of `PADDED_LAMBDAS` with its
     committed run's accuracy or "not trained yet"; nothing where SGR reached the mark, or at 28 pixels (the
     backlog holds the padded reading only)."""
@@ -289,9 +289,21 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
     from gradalign.book.nobn_sweep import lambda_test
     from gradalign.records.runner import stored_record
 
+    from gradalign.store import run_unit
+
     padded = stored_record("sgr.tab7nobn", "cpu", {"pad_to": 32})
+    assert "λ = 1: " in lambda_test(padded) and "λ = 10: " in lambda_test(padded)
+    read = run_unit.read_entry
+
+    def sgr_at_one_only(folder, unit):  # SGR's VGG-57 run at λ = 1 trained, nothing else new
+        if unit.label.startswith("SGR") and "vgg57" in unit.label and unit.spec["method"]["lam"] == 1.0:
+            return {"value": {"final_test_acc": 42.25}}
+        entry = read(folder, unit)
+        return None if entry and unit.label.startswith("SGR") and "vgg57" in unit.label else entry
+
+    monkeypatch.setattr(run_unit, "read_entry", sgr_at_one_only)
     text = lambda_test(padded)
-    assert "λ = 1: " in text and "λ = 10: " in text and "VGG-57" in text
+    assert "λ = 1: 42.2 %" in text and "λ = 10: not trained yet" in text and "VGG-57" in text
     passed = copy.deepcopy(padded)
     passed["checks"]["sgr_trains_deepest_without_bn"]["passed"] = True
     assert lambda_test(passed) == ""

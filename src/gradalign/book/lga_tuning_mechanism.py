@@ -85,34 +85,6 @@ def mechanism_table(root=None):
                 row[column] = "not recorded" if v is None else _cell(v, key)
             rows.append(row)
     return pd.DataFrame(rows)
-    for i, changes in enumerate(candidates(cfg, "lga")):
-        for n in cfg.labels:
-            entry = read_entry(folder, candidate_unit(cfg, "lga", i, changes, n))
-            value = entry["value"] if entry else {}
-            got = run_mechanism(value) if entry else {}
-            eps = (
-                value.get("settings", {}).get("eps_norm")
-                if entry
-                else dict((k, v) for _, k, v in changes).get("eps_norm", DEFAULT_EPS_NORM)
-            )
-            best = value.get("best_val_error")
-
-            def shown(key: str, digits: int = 3) -> str:
-                v = got.get(key)
-                return EMPTY if not entry else "not recorded" if v is None else f"{v:+.{digits}f}"
-
-            rows.append(
-                {
-                    "candidate": i,
-                    "labels": f"{int(n):,}",
-                    "ε_norm": f"{eps:.2e}" if isinstance(eps, (int, float)) else "default",
-                    "ε-dominated share, mean over training": shown("eps_dominated_mean").lstrip("+"),
-                    "ε-dominated share, last evaluation": shown("eps_dominated_last").lstrip("+"),
-                    "cos(g_ℓ, g_u), mean over training": shown("alignment_mean"),
-                    "validation accuracy (%)": EMPTY if best is None else f"{100 - best:.2f}",
-                }
-            )
-    return pd.DataFrame(rows)
 
 
 def mechanism_reading(table, tuning) -> str:

@@ -115,25 +115,32 @@ def reading(record: dict) -> str:
 
 def lambda_test(record: dict) -> str:
     """Where SGR stays below a padded record's mark: the test of its λ (`backlog.PADDED_LAMBDAS`, SGR alone at the
-    deepest VGG at λ = 1 and 10), each λ's validation accuracy from its committed run, or that it is not trained yet;
-    "" where SGR reached the mark or the record is not at a reading the backlog holds."""
+    deepest VGG at λ = 1 and 10), each λ's SGR accuracy from its stored record (its rate, or that every rate diverged),
+    else from its committed run, else that it is not trained yet; "" where SGR reached the mark or the record is not
+    at a reading the backlog holds."""
     from gradalign.compute.backlog import PADDED_LAMBDAS
     from gradalign.experiments import get
     from gradalign.experiments.units import units_of
+    from gradalign.records.runner import stored_record
     from gradalign.store.run_unit import read_entry
     from gradalign.store.store_root import results_root
 
-    cfg, checks = record["config"], record["checks"]
+    cfg, checks, preset = record["config"], record["checks"], record["preset"]
     readings = [o for _, _, o in PADDED_LAMBDAS if o["pad_to"] == cfg.get("pad_to")]
     if checks["sgr_trains_deepest_without_bn"]["passed"] or not readings:
         return ""
     parts = []
     for overrides in readings:
-        study = get("sgr.tab7nobn").resolve("cpu", overrides)
-        deepest = f"vgg{study.depths[-1]}"
-        sgr = [u for u in units_of("sgr.tab7nobn", study) if u.label.startswith("SGR") and deepest in u.label]
-        entry = read_entry(results_root() / "runs", sgr[0]) if sgr else None
-        shown = "not trained yet" if entry is None else f"{entry['value']['final_test_acc']:.1f} %"
+        stored = stored_record("sgr.tab7nobn", preset, overrides)
+        if stored is not None:
+            arm = stored["metrics"]["deepest"]["arms"]["sgr"]
+            shown = "every rate diverged" if arm.get("lr") is None else f"{arm['mean']:.1f} % (lr {arm['lr']:g})"
+        else:
+            study = get("sgr.tab7nobn").resolve(preset, overrides)
+            deepest = f"vgg{study.depths[-1]}"
+            sgr = [u for u in units_of("sgr.tab7nobn", study) if u.label.startswith("SGR") and deepest in u.label]
+            entry = read_entry(results_root() / "runs", sgr[0]) if sgr else None
+            shown = "not trained yet" if entry is None else f"{entry['value']['final_test_acc']:.1f} %"
         parts.append(f"λ = {overrides['lam']:g}: {shown}")
     return (
         f"**The test of λ on this network** (SGR alone at VGG-{cfg['depths'][-1]}, the other arms' runs reused, seed "
