@@ -13,14 +13,12 @@ from __future__ import annotations
 import math
 
 EMPTY = "not trained"
-DIVERGED = "diverged"  # as `ssl_tuning.tuning_view` shows a candidate whose run diverged
 COLUMNS = {
     "eps_dominated_mean": "ε-dominated share, mean over training",
     "eps_dominated_last": "ε-dominated share, last evaluation",
     "alignment_mean": "gradient alignment, mean over training",  # cos(g_ℓ, g_u); the diagnostics table's name
     "val_acc": "validation accuracy (%)",
 }
-DEFAULT_EPS_NORM = 1e-3  # candidate 0's ε_norm (Figure 7's setting), shown before its run is read
 
 
 def _mean(values: list) -> float | None:
@@ -55,12 +53,12 @@ def mechanism_table(root=None):
     import pandas as pd
 
     from gradalign.experiments.diverged_runs import diverged
-    from gradalign.experiments.lga.ssl_tuning import candidates, candidate_unit, cpu_config
+    from gradalign.experiments.lga.ssl_tuning import DIVERGED, candidate_config, candidate_unit, candidates, cpu_config
     from gradalign.store.run_unit import read_entry
     from gradalign.store.store_root import results_root
 
     cfg, folder, rows = cpu_config(), (root or results_root()) / "runs", []
-    stopped = diverged("lga.tune", root)
+    stopped, current = diverged("lga.tune", root), candidate_config(cfg, ()).lga.eps_norm  # candidate 0's ε_norm
     if "lga" not in cfg.methods:
         return pd.DataFrame(rows)
     for i, changes in enumerate(candidates(cfg, "lga")):
@@ -70,7 +68,7 @@ def mechanism_table(root=None):
             entry = read_entry(folder, unit)
             row = {"candidate": i, "labels": f"{int(n):,}"}
             if entry is None:  # not trained, or diverged (kept as a result, no entry)
-                eps = drawn.get("eps_norm", DEFAULT_EPS_NORM)
+                eps = drawn.get("eps_norm", current)
                 row["ε_norm"] = f"{eps:.2e}"
                 row.update(dict.fromkeys(COLUMNS.values(), DIVERGED if unit.key in stopped else EMPTY))
                 rows.append(row)
@@ -91,6 +89,8 @@ def mechanism_reading(table, tuning) -> str:
     """A sentence on the table: the range of the mean ε-dominated share over the recorded candidates, and the share
     of the LGA candidate chosen at each label count (`tuning`: `ssl_tuning.tuning_view`'s frame, its "chosen at n"
     columns)."""
+    from gradalign.experiments.lga.ssl_tuning import DIVERGED  # as the tuning table shows a diverged candidate
+
     column = COLUMNS["eps_dominated_mean"]
     recorded = table[~table[column].isin([EMPTY, DIVERGED, "not recorded"])] if len(table) else table
     if not len(recorded):

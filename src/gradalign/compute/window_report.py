@@ -129,7 +129,7 @@ def _measured_lines(reports: list[dict]) -> list[str]:
 
 def purpose(element_id: str, preset: str, overrides: dict) -> str:
     """What a backlog item (`backlog.full_backlog`) trains, in words."""
-    from gradalign.compute.backlog import PADDED_NO_BN
+    from gradalign.compute.backlog import PADDED_LAMBDAS, PADDED_NO_BN
     from gradalign.compute.lga_rerun import rerun_purpose
     from gradalign.compute.pilots import (
         OVER_CPU_BUDGET,
@@ -143,9 +143,8 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
     from gradalign.experiments.sgr.deep_seeds import BACKLOG_ITEMS as DEEP_SEEDS
 
     padded = "Table 7 without BN at 32 pixels (pad_to=32)" if overrides == PADDED_NO_BN[2] else None
-    if element_id == PADDED_NO_BN[0] and {**overrides, "lam": None} == {**PADDED_NO_BN[2], "lam": None}:
-        lam = overrides.get("lam")
-        padded = f"Table 7 without BN at 32 pixels, SGR at λ = {lam:g} (mean): is λ SGR's collapse?" if lam else padded
+    if (element_id, preset, overrides) in PADDED_LAMBDAS:
+        padded = f"Table 7 without BN at 32 pixels, SGR at λ = {overrides['lam']:g} (mean): is λ SGR's collapse?"
     if preset != "cpu":
         return f"{preset} preset" + (f": {padded}" if padded else "")
     for applies, what in (
