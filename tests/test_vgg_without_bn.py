@@ -310,3 +310,42 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
     plain = copy.deepcopy(padded)
     plain["config"].pop("pad_to")
     assert lambda_test(plain) == ""
+
+
+def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_in_and_says_what_it_means(monkeypatch):
+    """`nobn_sweep.lambda_test` once every λ of the padded reading is stored: validation's choice among the record's
+    λ and `PADDED_LAMBDAS`' (a diverged λ never chosen), whether it reaches the record's mark, and what that says of
+    Table 7 with global BP's check beside it; failing cases: the choice below the mark, global BP above it."""
+    import copy
+
+    from gradalign.book.nobn_sweep import lambda_test
+    from gradalign.records import runner
+
+    padded = runner.stored_record("sgr.tab7nobn", "cpu", {"pad_to": 32})
+    mark = padded["checks"]["global_bp_collapses_without_bn"]["value"]["halfway_to_chance"]
+
+    def with_sgr(acc):
+        rec = copy.deepcopy(padded)
+        arm = rec["metrics"]["deepest"]["arms"]["sgr"]
+        arm.update(mean=acc, lr=None if acc is None else 0.003)
+        return rec
+
+    def stored(accs):
+        def read(element_id, preset, overrides=None):
+            return with_sgr(accs[overrides["lam"]]) if overrides and "lam" in overrides else padded
+
+        monkeypatch.setattr(runner, "stored_record", read)
+
+    stored({1.0: mark - 5, 10.0: None})  # λ = 10 diverged at every rate: never chosen
+    text = lambda_test(padded)
+    assert "λ = 10: every rate diverged" in text and f"Validation chooses λ = 1 (SGR {mark - 5:.1f} %)" in text
+    assert "still below the record's mark" in text and "does not collapse" in text  # global BP trained, 66.5 %
+    stored({1.0: mark + 1, 10.0: mark + 3})
+    text = lambda_test(padded)
+    assert "Validation chooses λ = 10" in text and "which reaches the record's mark" in text
+    assert "holds on this reading" not in text  # global BP's check failed on this record
+    collapsed = copy.deepcopy(padded)
+    collapsed["checks"]["global_bp_collapses_without_bn"]["passed"] = True
+    assert "the claim as a whole holds on this reading" in lambda_test(collapsed)
+    stored({1.0: None, 10.0: None})
+    assert lambda_test(with_sgr(None)).endswith("At every λ every rate diverged.")
