@@ -111,6 +111,27 @@ def test_cuda_entries_are_retrained_here_only_when_asked_and_their_moves_are_sai
     )
 
 
+def test_parts_share_the_entries_without_training_one_twice(store, tmp_path, monkeypatch):
+    """`retrain(part=(k, n))`: n processes side by side train every entry once between them, whichever finishes an
+    entry first (the parts are fixed by key; "a" and "d" fall in different parts of 2)."""
+    import zlib
+
+    assert zlib.crc32(b"a") % 2 != zlib.crc32(b"d") % 2
+    runs, names = store
+    trained = []
+
+    def clean(unit, cache, threads, committed):
+        trained.append(unit.key)
+        _entry(runs, unit.kind, unit.key, "def")
+
+    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", clean)
+    quiet = {"echo": lambda _: None, "cuda_here": True}
+    assert legacy_dirty.retrain("x", runs, names, tmp_path / "c1", part=(1, 2), **quiet) == 1
+    assert legacy_dirty.retrain("x", runs, names, tmp_path / "c2", part=(2, 2), **quiet) == 1
+    assert sorted(trained) == ["a", "d"]  # a CPU and a CUDA entry, one per part
+    assert legacy_dirty.retrain("x", runs, names, tmp_path / "c3", part=(1, 2), **quiet) == 0  # none left
+
+
 def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         legacy_dirty.main(["lga.fig99"])
@@ -129,6 +150,13 @@ def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         legacy_dirty.main(["lga.fig3", "--train", "--drop-diverged", "--cache", str(tmp_path / "fresh")])
     assert "lga.fig3 do not score a divergence of their runs themselves" in capsys.readouterr().err
+    for bad in ("3/2", "0/2", "1-2", "a/b"):
+        with pytest.raises(SystemExit):
+            legacy_dirty.main(["sgr.fig2", "--train", "--part", bad, "--cache", str(tmp_path / "fresh")])
+        assert "give K/N with 1 <= K <= N" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        legacy_dirty.main(["sgr.fig2", "--part", "1/2"])
+    assert "--part trains: give --train with it" in capsys.readouterr().err
 
 
 def test_an_unclaimed_entry_is_rebuilt_from_its_spec_and_a_wrong_key_or_kind_is_refused(tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ module never deletes one that it does not retrain.
     python -m gradalign.compute.legacy_dirty sgr.tab4 --train --cuda-here  # its CUDA entries too, on this CPU
     python -m gradalign.compute.legacy_dirty unclaimed --train  # the entries no element claims (pilots' runs)
     python -m gradalign.compute.legacy_dirty sgr.tab4 --train --cuda-here --drop-diverged  # diverged here: removed
+    python -m gradalign.compute.legacy_dirty sgr.fig2 --train --cuda-here --part 1/2 --cache /tmp/c1  # and 2/2 beside
 
 `unclaimed` names the listed entries that no element's units claim (the λ pilots' runs, the book's supervised
 reference, ...): each is rebuilt as a unit from its stored spec, where its kind's spec class is known (`REBUILT`),
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -156,6 +158,7 @@ def retrain(
     echo=print,
     cuda_here: bool = False,
     drop_diverged: bool = False,
+    part: tuple[int, int] = (1, 1),
 ) -> int:
     """Train the element's legacy CPU entries (and its CUDA ones when `cuda_here`) again here, one at a time, into the
     fresh run cache `cache` (an entry cached from the dirty run would be read back, not trained); each entry is
@@ -166,12 +169,18 @@ def retrain(
     finished run at chance) raises DivergenceError with its old entry put back; with `drop_diverged` its entry is
     removed instead and the next one trained. Only for an element whose code handles a divergence of that run (a
     tuning run of `sgr.tab4` scores 0, a final run moves to the next rate): its records must then be assembled
-    again, which trains that run again and meets the divergence there."""
+    again, which trains that run again and meets the divergence there. `part` (k, n) trains every n-th entry from the
+    k-th only, so that n processes, each with its own cache, share the entries without training one twice."""
     from gradalign.compute.sweep import compute_unit
     from gradalign.errors import DivergenceError
 
     devices = ("cpu", "cuda") if cuda_here else ("cpu",)
-    todo = [u for u, p in legacy_of(element_id, runs, names) if p["device"] in devices]
+    k, n = part
+    todo = [
+        u
+        for u, p in legacy_of(element_id, runs, names)
+        if p["device"] in devices and zlib.crc32(u.key.encode()) % n == k - 1
+    ]
     what = " and ".join(d.upper() for d in devices)
     echo(f"{element_id}: {len(todo)} {what} entr{'y' if len(todo) == 1 else 'ies'} to train again here")
     trained = 0
@@ -231,7 +240,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --train: remove the entry of a run that diverges here (its element scores the divergence itself)",
     )
+    parser.add_argument(
+        "--part",
+        default="1/1",
+        help="with --train: K/N trains the K-th of N parts, by key (N processes, side by side)",
+    )
     args = parser.parse_args(argv)
+    part = args.part.split("/")
+    if len(part) != 2 or not all(x.isdigit() for x in part) or not 1 <= int(part[0]) <= int(part[1]):
+        parser.error(f"--part {args.part}: give K/N with 1 <= K <= N")
+    part = (int(part[0]), int(part[1]))
+    if part != (1, 1) and not args.train:
+        parser.error("--part trains: give --train with it")
     unknown = [e for e in args.elements if e not in UNITS and e != UNCLAIMED]
     if unknown:
         parser.error(f"unknown or unit-less element(s): {', '.join(unknown)}")
@@ -254,7 +274,15 @@ def main(argv: list[str] | None = None) -> int:
         if args.train:
             cuda = args.cuda_here and any(p["device"] == "cuda" for _, p in legacy_of(element_id, runs, names))
             try:
-                retrain(element_id, runs, names, cache, cuda_here=args.cuda_here, drop_diverged=args.drop_diverged)
+                retrain(
+                    element_id,
+                    runs,
+                    names,
+                    cache,
+                    cuda_here=args.cuda_here,
+                    drop_diverged=args.drop_diverged,
+                    part=part,
+                )
             except DivergenceError as err:  # the entry is back; today's loop stops a run its first training kept
                 raise SystemExit(
                     f"legacy_dirty: {element_id}: {err}; its dirty entry was put back (--drop-diverged removes it, "
