@@ -266,6 +266,47 @@ def test_the_backlog_holds_the_padded_reading_at_other_lambdas_each_training_sgr
         assert [unit.label for unit in left] in ([], ["SGR K=55 vgg57 seed 0"])
 
 
+def test_the_padded_gpu_reading_is_queued_at_the_lambda_validation_chose_once_every_lambda_is_stored(monkeypatch):
+    """`backlog.padded_choice` and `full_backlog`: until every λ of the padded reading is stored, its `gpu` item keeps
+    the study's λ; once they are, at the λ `choose_lambda` picks (a diverged λ never, a tie to the smaller), and the
+    compute page says so; where the choice is the study's own λ, the item is unchanged."""
+    import copy
+
+    from gradalign.compute.backlog import PADDED_NO_BN, choose_lambda, full_backlog, padded_choice
+    from gradalign.compute.window_report import purpose
+    from gradalign.records import runner
+
+    assert choose_lambda({1.0: 40.0, 10.0: None, 100.0: 40.0}) == 1.0 and choose_lambda({1.0: None}) is None
+    assert choose_lambda({1.0: 40.0, 10.0: 45.5, 100.0: 11.3}) == 10.0
+    padded, read = runner.stored_record("sgr.tab7nobn", "cpu", PADDED_NO_BN[2]), runner.stored_record
+    gpu_item = (PADDED_NO_BN[0], "gpu", PADDED_NO_BN[2])
+
+    def stored(accs):
+        def fake(element_id, preset, overrides=None, store=None):
+            if element_id != "sgr.tab7nobn" or preset != "cpu" or (overrides or {}).get("pad_to") != 32:
+                return read(element_id, preset, overrides)
+            lam = (overrides or {}).get("lam", 100.0)
+            if accs.get(lam, "absent") == "absent":
+                return None
+            rec = copy.deepcopy(padded)
+            rec["config"]["lam"] = lam
+            rec["metrics"]["deepest"]["arms"]["sgr"].update(mean=accs[lam], lr=None if accs[lam] is None else 0.003)
+            return rec
+
+        monkeypatch.setattr(runner, "stored_record", fake)
+
+    stored({100.0: 11.3, 1.0: 42.0})  # λ = 10 not stored yet
+    assert padded_choice() is None and gpu_item in full_backlog()
+    stored({100.0: 11.3, 1.0: 42.0, 10.0: None})
+    assert padded_choice() == 1.0
+    backlog = full_backlog()
+    chosen = (PADDED_NO_BN[0], "gpu", {**PADDED_NO_BN[2], "lam": 1.0})
+    assert chosen in backlog and gpu_item not in backlog
+    assert "at the λ validation chose there (1, mean)" in purpose(*chosen)
+    stored({100.0: 50.0, 1.0: 42.0, 10.0: 11.3})  # the study's own λ chosen: the item as it was
+    assert padded_choice() == 100.0 and gpu_item in full_backlog()
+
+
 def test_the_28_pixel_record_stored_before_pad_to_existed_is_found_and_the_padded_one_too():
     """`NoBNConfig.to_dict` leaves `pad_to` out of the record's key at its default, as it was before the field: the
     committed 28-pixel record keeps its key (the page showed "no record stored" while the field was in it)."""

@@ -159,10 +159,11 @@ def lambda_readings(record: dict) -> dict[float, dict]:
 
 def lambda_test(record: dict) -> str:
     """Where SGR stays below a padded record's mark: the test of its λ (`lambda_readings`), each λ's SGR accuracy in
-    words, and once every λ is in, the one validation chooses, whether it reaches the record's mark, and what that
+    words, and once every λ is in, the one validation chooses (`backlog.choose_lambda`, the rule the
+    backlog's padded `gpu` item follows), whether it reaches the record's mark, and what that
     says of Table 7's claim with global BP's half beside it (one seed: a sentence, not a check). "" where SGR reached
     the mark or the record is not at a reading the backlog holds."""
-    from gradalign.compute.backlog import PADDED_LAMBDAS
+    from gradalign.compute.backlog import PADDED_LAMBDAS, choose_lambda
 
     cfg, checks = record["config"], record["checks"]
     if checks["sgr_trains_deepest_without_bn"]["passed"] or not any(
@@ -179,10 +180,10 @@ def lambda_test(record: dict) -> str:
     )
     if any(r["shown"] == "not trained yet" for r in tried.values()):
         return text
-    trained = {lam: r for lam, r in tried.items() if r["acc"] is not None}
-    if not trained:
+    lam = choose_lambda({lam: r["acc"] for lam, r in tried.items()})
+    if lam is None:
         return text + " At every λ every rate diverged."
-    lam, best = max(trained.items(), key=lambda item: (item[1]["acc"], -item[0]))
+    best = tried[lam]
     collapse = checks["global_bp_collapses_without_bn"]
     mark = collapse["value"]["halfway_to_chance"]
     text += f" Validation chooses λ = {lam:g} (SGR {best['acc']:.1f} %), " + (

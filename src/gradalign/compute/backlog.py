@@ -25,6 +25,29 @@ explanation of SGR's half. Only SGR's run at VGG-57 trains (`vgg_without_bn.UNUS
 EPYC thread (λ = 10²); on an AVX512 Xeon without bf16 its first steps, beside two other runs, projected 2.4 h
 (2026-12-07); minutes on a GPU."""
 
+
+def choose_lambda(accs: dict[float, float | None]) -> float | None:
+    """The λ with the best validation accuracy ({λ: accuracy (%), None where every rate diverged}); a diverged λ is
+    never chosen, a tie goes to the smaller λ; None when every λ diverged."""
+    trained = {lam: acc for lam, acc in accs.items() if acc is not None}
+    return max(trained, key=lambda lam: (trained[lam], -lam)) if trained else None
+
+
+def padded_choice(preset: str = "cpu") -> float | None:
+    """The λ validation chooses for SGR at the padded reading's deepest VGG (`choose_lambda`, seed 0) among the stored
+    records of the study's own λ (`PADDED_NO_BN`) and of `PADDED_LAMBDAS`; None until all of them are stored."""
+    from gradalign.records.runner import stored_record
+
+    accs = {}
+    for _, _, overrides in (PADDED_NO_BN, *PADDED_LAMBDAS):
+        record = stored_record("sgr.tab7nobn", preset, overrides)
+        if record is None:
+            return None
+        arm = record["metrics"]["deepest"]["arms"]["sgr"]
+        accs[float(record["config"]["lam"])] = None if arm.get("lr") is None else arm["mean"]
+    return choose_lambda(accs)
+
+
 BACKLOG: tuple[tuple[str, str, dict], ...] = (
     tuple((element_id, "cpu", {}) for element_id in RUNS_LOST)
     + tuple((element_id, "cpu", CONTROL) for element_id in CONTROLLED)
@@ -68,9 +91,11 @@ that order). Units already committed are read, not trained."""
 def full_backlog() -> tuple[tuple[str, str, dict], ...]:
     """`BACKLOG` with the work that waits on a stored record, read when a window starts (never at import): Figure 7
     at the settings `lga.tune` chose (`lga_rerun.items`), right after the study; and an element's runs at half its
-    budget where B/2 is given B's choice (`claim_budget.choice_half_item`: `sgr.lamfull`), right after it."""
+    budget where B/2 is given B's choice (`claim_budget.choice_half_item`: `sgr.lamfull`), right after it; and the
+    padded reading's `gpu` preset at the λ validation chose on that network (`padded_choice`), once it is known and
+    differs from the study's own."""
     from gradalign.compute.lga_rerun import items
-    from gradalign.experiments import EXPERIMENTS
+    from gradalign.experiments import EXPERIMENTS, get
     from gradalign.experiments.claim_budget import choice_half_item
     from gradalign.records.runner import stored_record
 
@@ -81,4 +106,8 @@ def full_backlog() -> tuple[tuple[str, str, dict], ...]:
         record = stored_record(element_id, "cpu")
         if record is not None:
             out.insert(out.index((element_id, "cpu", {})) + 1, choice_half_item(record))
+    lam = padded_choice()
+    if lam is not None and lam != get("sgr.tab7nobn").resolve("gpu", PADDED_NO_BN[2]).lam:
+        at = out.index((PADDED_NO_BN[0], "gpu", PADDED_NO_BN[2]))
+        out[at] = (PADDED_NO_BN[0], "gpu", {**PADDED_NO_BN[2], "lam": lam})
     return tuple(out)

@@ -145,6 +145,8 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
     padded = "Table 7 without BN at 32 pixels (pad_to=32)" if overrides == PADDED_NO_BN[2] else None
     if (element_id, preset, overrides) in PADDED_LAMBDAS:
         padded = f"Table 7 without BN at 32 pixels, SGR at λ = {overrides['lam']:g} (mean): is λ SGR's collapse?"
+    elif overrides.get("pad_to") == PADDED_NO_BN[2]["pad_to"] and "lam" in overrides:
+        padded = f"Table 7 without BN at 32 pixels, at the λ validation chose there ({overrides['lam']:g}, mean)"
     if preset != "cpu":
         return f"{preset} preset" + (f": {padded}" if padded else "")
     for applies, what in (
