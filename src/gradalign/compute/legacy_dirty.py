@@ -9,7 +9,10 @@ need not: on 2026-11-28 an AVX2 EPYC (no AVX512) retrained `sgr.tab3`'s Reforwar
 held 84.2 %, and on 2026-12-07 an AVX512 Intel Xeon without bf16 gave 9 of 13 smoke canaries other than the AVX512
 EPYC's. An entry from before 2026-12-07 names torch's capability alone; its `hardware` line names the CPU model.
 `retrain` prints every value that moved; where one did, as for a CUDA entry, the records reading it are assembled
-again. A CUDA entry trained again on a CPU is a new run on other hardware: its value moves a little.
+again. A CUDA entry trained again on a CPU is a new run on other hardware: a stable run's value moves a little, an
+unstable one's as far as a reseeded run's (2026-12-07, AVX512 Xeon: `sgr.fig2`'s SGR tuning run at lr 0.1, 8 epochs,
+final accuracy 9.8 -> 31.9 %, best 30.5 -> 54.4 %, 456 s on one thread beside two trainings; put back, since the
+records reading it were not assembled again in that session). So a tuning choice read from such runs can change.
 
 An entry belongs to an element when it is one of the element's units at its `cpu` preset, or at half its budget
 (`claim_budget.half_overrides`, which the claim-level budget check reads). Other readers exist (the book's supervised
@@ -29,7 +32,7 @@ and refused unless the rebuilt unit has the entry's key. Their readers compute t
 record of them changes only where a CUDA entry was retrained.
 
 With `--cuda-here` the element's CUDA entries are trained on this CPU as well (no GPU is needed to clean them): their
-values move a little (each printed old -> new), so every record that reads them is assembled again afterwards, from
+values move (each printed old -> new), so every record that reads them is assembled again afterwards, from
 a clean tree (`gradalign run ELEMENT --preset cpu` with the record removed), and committed with them.
 """
 
