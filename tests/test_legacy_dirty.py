@@ -150,13 +150,16 @@ def test_bad_arguments_are_refused_before_any_training(tmp_path, capsys):
     with pytest.raises(SystemExit):
         legacy_dirty.main(["lga.fig3", "--train", "--drop-diverged", "--cache", str(tmp_path / "fresh")])
     assert "lga.fig3 do not score a divergence of their runs themselves" in capsys.readouterr().err
-    for bad in ("3/2", "0/2", "1-2", "a/b"):
+    for bad in ("3/2", "0/2", "1-2", "a/b", "²/2"):
         with pytest.raises(SystemExit):
             legacy_dirty.main(["sgr.fig2", "--train", "--part", bad, "--cache", str(tmp_path / "fresh")])
         assert "give K/N with 1 <= K <= N" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         legacy_dirty.main(["sgr.fig2", "--part", "1/2"])
     assert "--part trains: give --train with it" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # two parts in the default cache would read each other's runs
+        legacy_dirty.main(["sgr.fig2", "--train", "--part", "1/2"])
+    assert "give each part its own --cache" in capsys.readouterr().err
 
 
 def test_an_unclaimed_entry_is_rebuilt_from_its_spec_and_a_wrong_key_or_kind_is_refused(tmp_path, monkeypatch):

@@ -266,44 +266,57 @@ def test_the_backlog_holds_the_padded_reading_at_other_lambdas_each_training_sgr
         assert [unit.label for unit in left] in ([], ["SGR K=55 vgg57 seed 0"])
 
 
-def test_the_padded_gpu_reading_is_queued_at_the_lambda_validation_chose_once_every_lambda_is_stored(monkeypatch):
-    """`backlog.padded_choice` and `full_backlog`: until every λ of the padded reading is stored, its `gpu` item keeps
-    the study's λ; once they are, at the λ `choose_lambda` picks (a diverged λ never, a tie to the smaller), and the
-    compute page says so; where the choice is the study's own λ, the item is unchanged."""
+def _padded_store(monkeypatch, accs: dict, own_passed: bool | None = None) -> dict:
+    """Fake stored records of the padded reading at `cpu`: {λ: SGR's accuracy at VGG-57, None where every rate
+    diverged}; a λ not in `accs` has no record. Each record's SGR check is its accuracy against the mark (the study's
+    own λ = 100 passes where `own_passed` says so). Returns the committed padded record (λ = 100)."""
     import copy
 
+    from gradalign.records import runner
+
+    padded, read = runner.stored_record("sgr.tab7nobn", "cpu", {"pad_to": 32}), runner.stored_record
+    mark = padded["checks"]["global_bp_collapses_without_bn"]["value"]["halfway_to_chance"]
+
+    def at(lam):
+        rec = copy.deepcopy(padded)
+        rec["config"]["lam"], acc = lam, accs[lam]
+        rec["metrics"]["deepest"]["arms"]["sgr"].update(mean=acc, lr=None if acc is None else 0.003)
+        passed = acc is not None and acc >= mark
+        rec["checks"]["sgr_trains_deepest_without_bn"]["passed"] = own_passed if lam == 100.0 and own_passed else passed
+        return rec
+
+    def fake(element_id, preset, overrides=None, store=None):
+        if element_id != "sgr.tab7nobn" or preset != "cpu" or (overrides or {}).get("pad_to") != 32:
+            return read(element_id, preset, overrides)
+        lam = (overrides or {}).get("lam", 100.0)
+        return at(lam) if lam in accs else None
+
+    monkeypatch.setattr(runner, "stored_record", fake)
+    return padded
+
+
+def test_the_padded_gpu_reading_is_queued_at_the_lambda_validation_chose_once_every_lambda_is_stored(monkeypatch):
+    """`backlog.padded_choice` and `full_backlog`: until every λ of the padded reading has a stored record, its `gpu`
+    item keeps the study's λ; once they have, at the λ `choose_lambda` picks (a diverged λ never, a tie to the
+    smaller), and the compute page says so; where the choice is the study's own λ, or SGR reached the mark there, the
+    item is unchanged."""
     from gradalign.compute.backlog import PADDED_NO_BN, choose_lambda, full_backlog, padded_choice
     from gradalign.compute.window_report import purpose
-    from gradalign.records import runner
 
     assert choose_lambda({1.0: 40.0, 10.0: None, 100.0: 40.0}) == 1.0 and choose_lambda({1.0: None}) is None
     assert choose_lambda({1.0: 40.0, 10.0: 45.5, 100.0: 11.3}) == 10.0
-    padded, read = runner.stored_record("sgr.tab7nobn", "cpu", PADDED_NO_BN[2]), runner.stored_record
     gpu_item = (PADDED_NO_BN[0], "gpu", PADDED_NO_BN[2])
-
-    def stored(accs):
-        def fake(element_id, preset, overrides=None, store=None):
-            if element_id != "sgr.tab7nobn" or preset != "cpu" or (overrides or {}).get("pad_to") != 32:
-                return read(element_id, preset, overrides)
-            lam = (overrides or {}).get("lam", 100.0)
-            if accs.get(lam, "absent") == "absent":
-                return None
-            rec = copy.deepcopy(padded)
-            rec["config"]["lam"] = lam
-            rec["metrics"]["deepest"]["arms"]["sgr"].update(mean=accs[lam], lr=None if accs[lam] is None else 0.003)
-            return rec
-
-        monkeypatch.setattr(runner, "stored_record", fake)
-
-    stored({100.0: 11.3, 1.0: 42.0})  # λ = 10 not stored yet
+    _padded_store(monkeypatch, {100.0: 11.3, 1.0: 42.0})  # λ = 10's record not stored yet
     assert padded_choice() is None and gpu_item in full_backlog()
-    stored({100.0: 11.3, 1.0: 42.0, 10.0: None})
+    _padded_store(monkeypatch, {100.0: 11.3, 1.0: 42.0, 10.0: None})
     assert padded_choice() == 1.0
     backlog = full_backlog()
     chosen = (PADDED_NO_BN[0], "gpu", {**PADDED_NO_BN[2], "lam": 1.0})
     assert chosen in backlog and gpu_item not in backlog
-    assert "at the λ validation chose there (1, mean)" in purpose(*chosen)
-    stored({100.0: 50.0, 1.0: 42.0, 10.0: 11.3})  # the study's own λ chosen: the item as it was
+    assert "at the λ validation chose there (λ = 1, mean reduction)" in purpose(*chosen)
+    _padded_store(monkeypatch, {100.0: 50.0, 1.0: 42.0, 10.0: 11.3})  # the study's own λ chosen: the item as it was
+    assert padded_choice() == 100.0 and gpu_item in full_backlog()
+    _padded_store(monkeypatch, {100.0: 40.0, 1.0: 42.0, 10.0: 11.3}, own_passed=True)  # SGR reached the mark at 10²
     assert padded_choice() == 100.0 and gpu_item in full_backlog()
 
 
@@ -321,72 +334,87 @@ def test_the_28_pixel_record_stored_before_pad_to_existed_is_found_and_the_padde
     assert padded is not None and padded["config"]["pad_to"] == 32
 
 
-def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambdas_run_or_not_trained(monkeypatch):
-    """`nobn_sweep.lambda_test`: at the padded record (SGR below its mark) each λ of `PADDED_LAMBDAS` with its
-    committed run's accuracy or "not trained yet"; nothing where SGR reached the mark, or at 28 pixels (the
-    backlog holds the padded reading only)."""
+def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambdas_run_or_none(monkeypatch):
+    """`nobn_sweep.lambda_test` before every λ's record is stored: each λ of `PADDED_LAMBDAS` with its committed run
+    (labelled a run only) or that none is committed, and no choice; nothing where SGR reached the mark, at a λ
+    reading's own record, or at 28 pixels (the backlog holds the padded reading only)."""
     import copy
 
     from gradalign.book.nobn_sweep import lambda_test
-    from gradalign.records.runner import stored_record
-
     from gradalign.store import run_unit
 
-    padded = stored_record("sgr.tab7nobn", "cpu", {"pad_to": 32})
+    padded = _padded_store(monkeypatch, {100.0: 11.3})
     assert "λ = 1: " in lambda_test(padded) and "λ = 10: " in lambda_test(padded)
     read = run_unit.read_entry
 
-    def sgr_at_one_only(folder, unit):  # SGR's VGG-57 run at λ = 1 trained, nothing else new
-        if unit.label.startswith("SGR") and "vgg57" in unit.label and unit.spec["method"]["lam"] == 1.0:
-            return {"value": {"final_test_acc": 42.25}}
-        entry = read(folder, unit)
-        return None if entry and unit.label.startswith("SGR") and "vgg57" in unit.label else entry
+    def sgr_runs(accs):
+        def fake(folder, unit):  # SGR's VGG-57 runs at the λ of `accs` committed, no other SGR run there
+            if unit.label.startswith("SGR") and "vgg57" in unit.label:
+                acc = accs.get(unit.spec["method"]["lam"])
+                return None if acc is None else {"value": {"final_test_acc": acc}}
+            return read(folder, unit)
 
-    monkeypatch.setattr(run_unit, "read_entry", sgr_at_one_only)
+        monkeypatch.setattr(run_unit, "read_entry", fake)
+
+    sgr_runs({1.0: 42.25})
     text = lambda_test(padded)
-    assert "λ = 1: 42.2 %" in text and "λ = 10: not trained yet" in text and "VGG-57" in text
+    assert "λ = 1: 42.2 % (lr 0.003, run only)" in text and "λ = 10: no run committed" in text and "VGG-57" in text
+    sgr_runs({1.0: 42.25, 10.0: 60.0})  # every λ's run committed, no record: no choice yet (a run may diverge)
+    assert "Validation chooses" not in lambda_test(padded) and "in the GPU backlog" in lambda_test(padded)
     passed = copy.deepcopy(padded)
     passed["checks"]["sgr_trains_deepest_without_bn"]["passed"] = True
     assert lambda_test(passed) == ""
+    at_one = copy.deepcopy(padded)
+    at_one["config"]["lam"] = 1.0
+    assert lambda_test(at_one) == ""
     plain = copy.deepcopy(padded)
     plain["config"].pop("pad_to")
     assert lambda_test(plain) == ""
 
 
-def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_in_and_says_what_it_means(monkeypatch):
-    """`nobn_sweep.lambda_test` once every λ of the padded reading is stored: validation's choice among the record's
-    λ and `PADDED_LAMBDAS`' (a diverged λ never chosen), whether it reaches the record's mark, and what that says of
-    Table 7 with global BP's check beside it; failing cases: the choice below the mark, global BP above it."""
+def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_stored_and_says_what_it_means(monkeypatch):
+    """`nobn_sweep.lambda_test` once every λ of the padded reading has a record: validation's choice
+    (`backlog.padded_choice`: a diverged λ never chosen), whether it reaches the record's mark (the record's check),
+    and what that says of Table 7 with global BP's check beside it; failing cases: the choice below the mark, global BP
+    above it (the committed record: 66.5 %), and global BP below it."""
     import copy
 
     from gradalign.book.nobn_sweep import lambda_test
-    from gradalign.records import runner
 
-    padded = runner.stored_record("sgr.tab7nobn", "cpu", {"pad_to": 32})
+    padded = _padded_store(monkeypatch, {100.0: 11.3, 1.0: 30.0, 10.0: None})
     mark = padded["checks"]["global_bp_collapses_without_bn"]["value"]["halfway_to_chance"]
-
-    def with_sgr(acc):
-        rec = copy.deepcopy(padded)
-        arm = rec["metrics"]["deepest"]["arms"]["sgr"]
-        arm.update(mean=acc, lr=None if acc is None else 0.003)
-        return rec
-
-    def stored(accs):
-        def read(element_id, preset, overrides=None):
-            return with_sgr(accs[overrides["lam"]]) if overrides and "lam" in overrides else padded
-
-        monkeypatch.setattr(runner, "stored_record", read)
-
-    stored({1.0: mark - 5, 10.0: None})  # λ = 10 diverged at every rate: never chosen
     text = lambda_test(padded)
-    assert "λ = 10: every rate diverged" in text and f"Validation chooses λ = 1 (SGR {mark - 5:.1f} %)" in text
-    assert "still below the record's mark" in text and "does not collapse" in text  # global BP trained, 66.5 %
-    stored({1.0: mark + 1, 10.0: mark + 3})
-    text = lambda_test(padded)
-    assert "Validation chooses λ = 10" in text and "which reaches the record's mark" in text
-    assert "holds on this reading" not in text  # global BP's check failed on this record
+    assert "λ = 10: every rate diverged" in text and "Validation chooses λ = 1 (SGR 30.0 %)" in text
+    assert "each λ's record" in text and "GPU backlog" not in text
+    assert "still below the record's mark" in text and "at any λ tried (1, 10, 100" in text
+    assert "does not collapse" in text  # global BP trained VGG-57 at 32 pixels
     collapsed = copy.deepcopy(padded)
     collapsed["checks"]["global_bp_collapses_without_bn"]["passed"] = True
-    assert "the claim as a whole holds on this reading" in lambda_test(collapsed)
-    stored({1.0: None, 10.0: None})
-    assert lambda_test(with_sgr(None)).endswith("At every λ every rate diverged.")
+    collapsed["checks"]["global_bp_collapses_without_bn"]["value"]["best_at_deepest"] = mark - 10
+    assert "is below the mark too: the first half holds" in lambda_test(collapsed)
+    _padded_store(monkeypatch, {100.0: 11.3, 1.0: mark + 1, 10.0: mark + 3})
+    text = lambda_test(padded)
+    assert "Validation chooses λ = 10" in text and "which reaches the record's mark" in text
+    assert "holds on this reading" not in text and "does not collapse" in text
+    assert "the claim as a whole holds on this reading, at a λ chosen here" in lambda_test(collapsed)
+    _padded_store(monkeypatch, {100.0: None, 1.0: None, 10.0: None})
+    every = copy.deepcopy(padded)
+    every["metrics"]["deepest"]["arms"]["sgr"]["lr"] = None
+    assert lambda_test(every).endswith("At each λ tried (1, 10, 100) every rate diverged.")
+
+
+def test_at_the_lambda_validation_chose_the_reading_no_longer_names_lambda_as_the_untested_alternative(monkeypatch):
+    """`nobn_sweep.reading` at the padded record of the λ `padded_choice` picked (the backlog's `gpu` item, here faked
+    at `cpu`): layer-wise training still lies 10 points above SGR, and the sentence says the term holds SGR back at
+    every λ tried, not that λ was not chosen on this network; at the study's own λ it still says so."""
+    import copy
+
+    from gradalign.book.nobn_sweep import reading
+
+    padded = _padded_store(monkeypatch, {100.0: 11.3, 1.0: 15.0, 10.0: 11.3})
+    at_one = copy.deepcopy(padded)
+    at_one["config"]["lam"] = 1.0
+    at_one["metrics"]["deepest"]["arms"]["sgr"]["mean"] = 15.0
+    text = reading(at_one)
+    assert "the one validation chose on this network" in text and "not chosen on this network" not in text
+    assert "not chosen on this network" in reading(padded)

@@ -33,19 +33,33 @@ def choose_lambda(accs: dict[float, float | None]) -> float | None:
     return max(trained, key=lambda lam: (trained[lam], -lam)) if trained else None
 
 
-def padded_choice(preset: str = "cpu") -> float | None:
-    """The λ validation chooses for SGR at the padded reading's deepest VGG (`choose_lambda`, seed 0) among the stored
-    records of the study's own λ (`PADDED_NO_BN`) and of `PADDED_LAMBDAS`; None until all of them are stored."""
+def padded_records(preset: str = "cpu") -> dict[float, dict] | None:
+    """{λ: stored record} of the padded reading at the study's own λ (`PADDED_NO_BN`) and at `PADDED_LAMBDAS`'; None
+    until every one of them is stored (a committed run is not enough: where it diverged, its record moves down the
+    rates)."""
     from gradalign.records.runner import stored_record
 
-    accs = {}
+    out = {}
     for _, _, overrides in (PADDED_NO_BN, *PADDED_LAMBDAS):
         record = stored_record("sgr.tab7nobn", preset, overrides)
         if record is None:
             return None
-        arm = record["metrics"]["deepest"]["arms"]["sgr"]
-        accs[float(record["config"]["lam"])] = None if arm.get("lr") is None else arm["mean"]
-    return choose_lambda(accs)
+        out[float(record["config"]["lam"])] = record
+    return out
+
+
+def padded_choice(preset: str = "cpu") -> float | None:
+    """The λ for SGR at the padded reading's deepest VGG: the study's own where SGR reached the record's mark there
+    (nothing to choose), else the one validation chooses (`choose_lambda`, seed 0) among `padded_records`; None until
+    they are all stored, or where every rate diverged at every λ."""
+    records = padded_records(preset)
+    if records is None:
+        return None
+    own = float(records[next(iter(records))]["config"]["lam"])
+    if records[own]["checks"]["sgr_trains_deepest_without_bn"]["passed"]:
+        return own
+    arms = {lam: record["metrics"]["deepest"]["arms"]["sgr"] for lam, record in records.items()}
+    return choose_lambda({lam: None if arm.get("lr") is None else arm["mean"] for lam, arm in arms.items()})
 
 
 BACKLOG: tuple[tuple[str, str, dict], ...] = (

@@ -153,6 +153,11 @@ def moved(old: dict, new: dict, most: int = 3) -> str:
     return ", ".join(changed[:most]) + (f" and {len(changed) - most} more" if len(changed) > most else "")
 
 
+def in_part(key: str, part: tuple[int, int]) -> bool:
+    """Whether a run's key falls in part (k, n): its CRC-32 is k - 1 modulo n (fixed by the key alone)."""
+    return zlib.crc32(key.encode()) % part[1] == part[0] - 1
+
+
 def retrain(
     element_id: str,
     runs: Path,
@@ -172,18 +177,14 @@ def retrain(
     finished run at chance) raises DivergenceError with its old entry put back; with `drop_diverged` its entry is
     removed instead and the next one trained. Only for an element whose code handles a divergence of that run (a
     tuning run of `sgr.tab4` scores 0, a final run moves to the next rate): its records must then be assembled
-    again, which trains that run again and meets the divergence there. `part` (k, n) trains every n-th entry from the
-    k-th only, so that n processes, each with its own cache, share the entries without training one twice."""
+    again, which trains that run again and meets the divergence there. `part` (k, n) trains only the entries whose key's
+    CRC-32 is k - 1 modulo n: n processes, each with its own cache, share the entries without training one twice,
+    whenever each starts (a part is fixed by the key, not by which entries are still dirty)."""
     from gradalign.compute.sweep import compute_unit
     from gradalign.errors import DivergenceError
 
     devices = ("cpu", "cuda") if cuda_here else ("cpu",)
-    k, n = part
-    todo = [
-        u
-        for u, p in legacy_of(element_id, runs, names)
-        if p["device"] in devices and zlib.crc32(u.key.encode()) % n == k - 1
-    ]
+    todo = [u for u, p in legacy_of(element_id, runs, names) if p["device"] in devices and in_part(u.key, part)]
     what = " and ".join(d.upper() for d in devices)
     echo(f"{element_id}: {len(todo)} {what} entr{'y' if len(todo) == 1 else 'ies'} to train again here")
     trained = 0
@@ -250,11 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     part = args.part.split("/")
-    if len(part) != 2 or not all(x.isdigit() for x in part) or not 1 <= int(part[0]) <= int(part[1]):
+    if len(part) != 2 or not all(x.isdecimal() for x in part) or not 1 <= int(part[0]) <= int(part[1]):
         parser.error(f"--part {args.part}: give K/N with 1 <= K <= N")
     part = (int(part[0]), int(part[1]))
     if part != (1, 1) and not args.train:
         parser.error("--part trains: give --train with it")
+    if part[1] > 1 and args.cache == parser.get_default("cache"):
+        parser.error("--part K/N with N > 1: give each part its own --cache (the default is one folder for all)")
     unknown = [e for e in args.elements if e not in UNITS and e != UNCLAIMED]
     if unknown:
         parser.error(f"unknown or unit-less element(s): {', '.join(unknown)}")
@@ -275,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         rebuilt, others = unclaimed(runs, names) if UNCLAIMED in elements else ([], [])
     for element_id in elements:
         if args.train:
-            cuda = args.cuda_here and any(p["device"] == "cuda" for _, p in legacy_of(element_id, runs, names))
+            mine = [p for u, p in legacy_of(element_id, runs, names) if in_part(u.key, part)]
+            cuda = args.cuda_here and any(p["device"] == "cuda" for p in mine)
             try:
                 retrain(
                     element_id,
@@ -292,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                     "where the element scores a divergence of that run itself)"
                 ) from None
             if cuda:
-                print(f"{element_id}: assemble its records again from a clean tree (CUDA entries moved)")
+                after = " once every part has finished" if part[1] > 1 else ""
+                print(f"{element_id}: assemble its records again from a clean tree{after} (CUDA entries moved)")
         else:
             print(summary(element_id, runs, names, rebuilt if element_id == UNCLAIMED else None))
     if not args.train and UNCLAIMED in elements:

@@ -146,7 +146,8 @@ def purpose(element_id: str, preset: str, overrides: dict) -> str:
     if (element_id, preset, overrides) in PADDED_LAMBDAS:
         padded = f"Table 7 without BN at 32 pixels, SGR at λ = {overrides['lam']:g} (mean): is λ SGR's collapse?"
     elif overrides.get("pad_to") == PADDED_NO_BN[2]["pad_to"] and "lam" in overrides:
-        padded = f"Table 7 without BN at 32 pixels, at the λ validation chose there ({overrides['lam']:g}, mean)"
+        lam = overrides["lam"]
+        padded = f"Table 7 without BN at 32 pixels, at the λ validation chose there (λ = {lam:g}, mean reduction)"
     if preset != "cpu":
         return f"{preset} preset" + (f": {padded}" if padded else "")
     for applies, what in (
