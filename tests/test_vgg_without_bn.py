@@ -340,25 +340,28 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
     reading's own record, or at 28 pixels (the backlog holds the padded reading only)."""
     import copy
 
-    from gradalign.book.nobn_sweep import lambda_test
+    from gradalign.book.nobn_sweep import deepest_run, lambda_test
+    from gradalign.experiments import get
     from gradalign.store import run_unit
 
     padded = _padded_store(monkeypatch, {100.0: 11.3})
     assert "λ = 1: " in lambda_test(padded) and "λ = 10: " in lambda_test(padded)
     read = run_unit.read_entry
+    committed = deepest_run(get("sgr.tab7nobn").resolve("cpu", {"pad_to": 32}), "SGR")  # λ = 100's run
 
     def sgr_runs(accs):
-        def fake(folder, unit):  # SGR's VGG-57 runs at the λ of `accs` committed, no other SGR run there
+        def fake(folder, unit):  # SGR's VGG-57 runs at the λ of `accs` committed (λ = 100's, its accuracy replaced)
             if unit.label.startswith("SGR") and "vgg57" in unit.label:
                 acc = accs.get(unit.spec["method"]["lam"])
-                return None if acc is None else {"value": {"final_test_acc": acc}}
+                return None if acc is None else {"value": {**committed, "final_test_acc": acc}}
             return read(folder, unit)
 
         monkeypatch.setattr(run_unit, "read_entry", fake)
 
     sgr_runs({1.0: 42.25})
     text = lambda_test(padded)
-    assert "λ = 1: 42.2 % (lr 0.003, run only)" in text and "λ = 10: no run committed" in text and "VGG-57" in text
+    assert "λ = 1: 42.2 % (lr 0.003, run only), term " in text and "λ = 10: no run committed" in text
+    assert "VGG-57" in text
     sgr_runs({1.0: 42.25, 10.0: 60.0})  # every λ's run committed, no record: no choice yet (a run may diverge)
     assert "Validation chooses" not in lambda_test(padded) and "in the GPU backlog" in lambda_test(padded)
     passed = copy.deepcopy(padded)
@@ -418,3 +421,15 @@ def test_at_the_lambda_validation_chose_the_reading_no_longer_names_lambda_as_th
     text = reading(at_one)
     assert "the one validation chose on this network" in text and "not chosen on this network" not in text
     assert "not chosen on this network" in reading(padded)
+
+
+def test_sgrs_term_against_layerwise_is_its_last_term_over_layerwise_mismatch_mean_over_modules():
+    """`nobn_sweep.term_against_layerwise`: SGR's term at the last epoch over the mean of layer-wise training's
+    mismatch over modules 2 … K (module 1 has none); None without both runs, or where SGR's run diverged."""
+    from gradalign.book.nobn_sweep import term_against_layerwise
+
+    sgr = {"diverged": None, "history": {"sgr": [0.9, 0.2]}}
+    layerwise = {"diverged": None, "history": {"sgr_by_module": [[None, 1.0, 1.0], [None, 0.3, 0.5]]}}
+    assert term_against_layerwise(sgr, layerwise) == 0.5
+    assert term_against_layerwise(None, layerwise) is None and term_against_layerwise(sgr, None) is None
+    assert term_against_layerwise({**sgr, "diverged": {"step": 3}}, layerwise) is None

@@ -120,39 +120,60 @@ def reading(record: dict) -> str:
     return text
 
 
-def lambda_readings(record: dict) -> dict[float, dict]:
-    """Each λ of SGR at the deepest VGG at a padded record's reading: the record's own, then `backlog.PADDED_LAMBDAS`'s
-    (SGR alone at λ = 1 and 10); {λ: {"acc": validation accuracy (%) or None, "reached": whether it reaches the
-    record's mark (its record's check; None without a record), "shown": the cell in words}}. A λ's stored record is
-    read first (its rate, or that every rate diverged), else its committed run (interim), else none is committed."""
-    from gradalign.compute.backlog import PADDED_LAMBDAS
-    from gradalign.experiments import get
+def deepest_run(study, arm: str) -> dict | None:
+    """The committed run (its value) of an arm ("SGR", "Layer-wise") at the study's deepest VGG, seed 0, at the rate
+    the study's units name; None where it is not committed."""
     from gradalign.experiments.units import units_of
-    from gradalign.records.runner import stored_record
     from gradalign.store.run_unit import read_entry
     from gradalign.store.store_root import results_root
 
+    deepest = f"vgg{study.depths[-1]}"
+    found = [u for u in units_of("sgr.tab7nobn", study) if u.label.startswith(arm) and deepest in u.label]
+    entry = read_entry(results_root() / "runs", found[0]) if found else None
+    return None if entry is None else {**entry["value"], "lr": found[0].spec["protocol"]["lr"]}
+
+
+def term_against_layerwise(sgr: dict | None, layerwise: dict | None) -> float | None:
+    """SGR's term at the last epoch over layer-wise training's (its mismatch measured, not trained on), both with
+    the mean reduction: `lambda_study.term_ratio` on one run each; None without both runs."""
+    from gradalign.experiments.sgr.lambda_study import term_ratio
+
+    if sgr is None or layerwise is None:
+        return None
+    modules = len(layerwise["history"]["sgr_by_module"][-1])
+    return term_ratio([sgr], [layerwise], [1] * (modules - 1), "mean")
+
+
+def lambda_readings(record: dict) -> dict[float, dict]:
+    """Each λ of SGR at the deepest VGG at a padded record's reading: the record's own, then `backlog.PADDED_LAMBDAS`'s
+    (SGR alone at λ = 1 and 10); {λ: {"acc": validation accuracy (%) or None, "reached": whether it reaches the
+    record's mark (its record's check; None without a record), "term": SGR's term over layer-wise training's at the
+    end (`term_against_layerwise`, None without both runs), "shown": the cell in words}}. A λ's stored record is read
+    first (its rate, or that every rate diverged), else its committed run (interim), else none is committed."""
+    from gradalign.compute.backlog import PADDED_LAMBDAS
+    from gradalign.experiments import get
+    from gradalign.records.runner import stored_record
+
     cfg, preset = record["config"], record["preset"]
-
-    def of_record(rec: dict) -> dict:
-        arm, reached = rec["metrics"]["deepest"]["arms"]["sgr"], rec["checks"]["sgr_trains_deepest_without_bn"]
-        if arm.get("lr") is None:
-            return {"acc": None, "reached": False, "shown": "every rate diverged"}
-        return {"acc": arm["mean"], "reached": reached["passed"], "shown": f"{arm['mean']:.1f} % (lr {arm['lr']:g})"}
-
-    out = {float(cfg["lam"]): of_record(record)}
-    for overrides in [o for _, _, o in PADDED_LAMBDAS if o["pad_to"] == cfg.get("pad_to")]:
-        stored = stored_record("sgr.tab7nobn", preset, overrides)
-        if stored is not None:
-            out[float(overrides["lam"])] = of_record(stored)
-            continue
-        study = get("sgr.tab7nobn").resolve(preset, overrides)
-        deepest = f"vgg{study.depths[-1]}"
-        sgr = [u for u in units_of("sgr.tab7nobn", study) if u.label.startswith("SGR") and deepest in u.label]
-        entry = read_entry(results_root() / "runs", sgr[0]) if sgr else None
-        acc = None if entry is None else entry["value"]["final_test_acc"]
-        shown = "no run committed" if entry is None else f"{acc:.1f} % (lr {sgr[0].spec['protocol']['lr']:g}, run only)"
-        out[float(overrides["lam"])] = {"acc": acc, "reached": None, "shown": shown}
+    own = {"pad_to": cfg.get("pad_to")}
+    layerwise = deepest_run(get("sgr.tab7nobn").resolve(preset, own), "Layer-wise")
+    out = {}
+    for overrides in [own, *(o for _, _, o in PADDED_LAMBDAS if o["pad_to"] == cfg.get("pad_to"))]:
+        rec = record if overrides is own else stored_record("sgr.tab7nobn", preset, overrides)
+        run = deepest_run(get("sgr.tab7nobn").resolve(preset, overrides), "SGR")
+        term = term_against_layerwise(run, layerwise)
+        if rec is not None:
+            arm, reached = rec["metrics"]["deepest"]["arms"]["sgr"], rec["checks"]["sgr_trains_deepest_without_bn"]
+            acc = None if arm.get("lr") is None else arm["mean"]
+            shown = "every rate diverged" if acc is None else f"{acc:.1f} % (lr {arm['lr']:g})"
+            reading = {"acc": acc, "reached": acc is not None and reached["passed"], "shown": shown}
+        else:
+            acc = None if run is None else run["final_test_acc"]
+            shown = "no run committed" if run is None else f"{acc:.1f} % (lr {run['lr']:g}, run only)"
+            reading = {"acc": acc, "reached": None, "shown": shown}
+        if term is not None and acc is not None:
+            reading["shown"] += f", term {term:.2g}× layer-wise's"
+        out[float(rec["config"]["lam"] if rec is not None else overrides["lam"])] = {**reading, "term": term}
     return out
 
 
@@ -163,6 +184,7 @@ def lambda_test(record: dict) -> str:
     Table 7's claim with global BP's half beside it (one seed: a sentence, not a check). "" where SGR reached the
     mark, at a record of one of the backlog's λ readings, or at a reading the backlog does not hold."""
     from gradalign.compute.backlog import PADDED_LAMBDAS, padded_choice, padded_records
+    from gradalign.experiments.sgr.lambda_study import ACTIVE_RATIO
 
     cfg, checks = record["config"], record["checks"]
     readings = [o for _, _, o in PADDED_LAMBDAS if o["pad_to"] == cfg.get("pad_to")]
@@ -171,13 +193,17 @@ def lambda_test(record: dict) -> str:
     tried = lambda_readings(record)
     depth, lams = cfg["depths"][-1], ", ".join(f"{lam:g}" for lam in sorted(tried))
     parts = "; ".join(f"λ = {lam:g}: {r['shown']}" for lam, r in sorted(tried.items()))
-    text = f"**The test of λ on this network** (SGR alone at VGG-{depth}, the other arms' runs reused, seed 0, "
+    text = (
+        f"**The test of λ on this network** (SGR alone at VGG-{depth}, seed 0, validation accuracy, the other arms' "
+        "runs reused; the term is SGR's at the last epoch over the same mismatch in layer-wise training, which does "
+        f"not train on it: at most {ACTIVE_RATIO:g} where the term acts; "
+    )
     if padded_records(record["preset"]) is None:
         return text + (
-            f"validation accuracy; in the GPU backlog): {parts}. A run took about an hour on one thread of an AVX512 "
-            "EPYC at λ = 100, and takes minutes on a GPU."
+            f"in the GPU backlog): {parts}. A run took about an hour on one thread of an AVX512 EPYC at λ = 100, and "
+            "takes minutes on a GPU."
         )
-    text += f"validation accuracy, each λ's record): {parts}."
+    text += f"each λ's record): {parts}."
     lam = padded_choice(record["preset"])
     if lam is None:
         return text + f" At each λ tried ({lams}) every rate diverged."
