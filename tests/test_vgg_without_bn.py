@@ -335,9 +335,9 @@ def test_the_28_pixel_record_stored_before_pad_to_existed_is_found_and_the_padde
 
 
 def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambdas_run_or_none(monkeypatch):
-    """`nobn_sweep.lambda_test` before every λ's record is stored: each λ of `PADDED_LAMBDAS` with its committed run
-    (labelled a run only) or that none is committed, and no choice; nothing where SGR reached the mark, at a λ
-    reading's own record, or at 28 pixels (the backlog holds the padded reading only)."""
+    """`nobn_sweep.lambda_test` before every λ's record is stored: a row per λ of `PADDED_LAMBDAS` with its committed
+    run (labelled a run only, with its term) or that none is committed, and no choice; None where SGR reached the
+    mark, at a λ reading's own record, or at 28 pixels (the backlog holds the padded reading only)."""
     import copy
 
     from gradalign.book.nobn_sweep import deepest_run, lambda_test
@@ -345,7 +345,9 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
     from gradalign.store import run_unit
 
     padded = _padded_store(monkeypatch, {100.0: 11.3})
-    assert "λ = 1: " in lambda_test(padded) and "λ = 10: " in lambda_test(padded)
+    table = lambda_test(padded)["table"]
+    assert list(table) == ["λ = 1", "λ = 10", "λ = 100"] and table["λ = 1"]["SGR (%)"] == "no run committed"
+    assert table["λ = 100"]["SGR (%)"] == "11.3" and table["λ = 100"]["reaches 47.8 %"] == "no"
     read = run_unit.read_entry
     committed = deepest_run(get("sgr.tab7nobn").resolve("cpu", {"pad_to": 32}), "SGR")  # λ = 100's run
 
@@ -359,20 +361,22 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
         monkeypatch.setattr(run_unit, "read_entry", fake)
 
     sgr_runs({1.0: 42.25})
-    text = lambda_test(padded)
-    assert "λ = 1: 42.2 % (lr 0.003, run only), term " in text and "λ = 10: no run committed" in text
-    assert "VGG-57" in text
+    test = lambda_test(padded)
+    one = test["table"]["λ = 1"]
+    assert one["SGR (%)"] == "42.2 (run only)" and one["rate"] == "0.003" and one["reaches 47.8 %"] == "no record yet"
+    assert one["term ÷ layer-wise's"] != "—" and test["table"]["λ = 10"]["SGR (%)"] == "no run committed"
+    assert "VGG-57" in test["intro"] and "GPU backlog" in test["intro"] and test["answer"] == ""
     sgr_runs({1.0: 42.25, 10.0: 60.0})  # every λ's run committed, no record: no choice yet (a run may diverge)
-    assert "Validation chooses" not in lambda_test(padded) and "in the GPU backlog" in lambda_test(padded)
+    assert lambda_test(padded)["answer"] == ""
     passed = copy.deepcopy(padded)
     passed["checks"]["sgr_trains_deepest_without_bn"]["passed"] = True
-    assert lambda_test(passed) == ""
+    assert lambda_test(passed) is None
     at_one = copy.deepcopy(padded)
     at_one["config"]["lam"] = 1.0
-    assert lambda_test(at_one) == ""
+    assert lambda_test(at_one) is None
     plain = copy.deepcopy(padded)
     plain["config"].pop("pad_to")
-    assert lambda_test(plain) == ""
+    assert lambda_test(plain) is None
 
 
 def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_stored_and_says_what_it_means(monkeypatch):
@@ -386,24 +390,25 @@ def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_store
 
     padded = _padded_store(monkeypatch, {100.0: 11.3, 1.0: 30.0, 10.0: None})
     mark = padded["checks"]["global_bp_collapses_without_bn"]["value"]["halfway_to_chance"]
-    text = lambda_test(padded)
-    assert "λ = 10: every rate diverged" in text and "Validation chooses λ = 1 (SGR 30.0 %)" in text
-    assert "each λ's record" in text and "GPU backlog" not in text
-    assert "still below the record's mark" in text and "at any λ tried (1, 10, 100" in text
-    assert "does not collapse" in text  # global BP trained VGG-57 at 32 pixels
+    test = lambda_test(padded)
+    assert test["table"]["λ = 10"]["SGR (%)"] == "every rate diverged" and "record is stored" in test["intro"]
+    assert "GPU backlog" not in test["intro"] and "Validation chooses λ = 1 (SGR 30.0 %)" in test["answer"]
+    assert "still below the record's mark" in test["answer"] and "at any λ tried (1, 10, 100" in test["answer"]
+    assert "does not collapse" in test["answer"]  # global BP trained VGG-57 at 32 pixels
     collapsed = copy.deepcopy(padded)
     collapsed["checks"]["global_bp_collapses_without_bn"]["passed"] = True
     collapsed["checks"]["global_bp_collapses_without_bn"]["value"]["best_at_deepest"] = mark - 10
-    assert "is below the mark too: the first half holds" in lambda_test(collapsed)
+    assert "is below the mark too: the first half holds" in lambda_test(collapsed)["answer"]
     _padded_store(monkeypatch, {100.0: 11.3, 1.0: mark + 1, 10.0: mark + 3})
-    text = lambda_test(padded)
-    assert "Validation chooses λ = 10" in text and "which reaches the record's mark" in text
-    assert "holds on this reading" not in text and "does not collapse" in text
-    assert "the claim as a whole holds on this reading, at a λ chosen here" in lambda_test(collapsed)
+    answer = lambda_test(padded)["answer"]
+    assert "Validation chooses λ = 10" in answer and "which reaches the record's mark" in answer
+    assert "holds on this reading" not in answer and "does not collapse" in answer
+    assert lambda_test(padded)["table"]["λ = 10"]["reaches 47.8 %"] == "yes"
+    assert "the claim as a whole holds on this reading, at a λ chosen here" in lambda_test(collapsed)["answer"]
     _padded_store(monkeypatch, {100.0: None, 1.0: None, 10.0: None})
     every = copy.deepcopy(padded)
     every["metrics"]["deepest"]["arms"]["sgr"]["lr"] = None
-    assert lambda_test(every).endswith("At each λ tried (1, 10, 100) every rate diverged.")
+    assert lambda_test(every)["answer"] == "At each λ tried (1, 10, 100) every rate diverged."
 
 
 def test_at_the_lambda_validation_chose_the_reading_no_longer_names_lambda_as_the_untested_alternative(monkeypatch):

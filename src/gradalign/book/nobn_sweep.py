@@ -146,10 +146,10 @@ def term_against_layerwise(sgr: dict | None, layerwise: dict | None) -> float | 
 
 def lambda_readings(record: dict) -> dict[float, dict]:
     """Each λ of SGR at the deepest VGG at a padded record's reading: the record's own, then `backlog.PADDED_LAMBDAS`'s
-    (SGR alone at λ = 1 and 10); {λ: {"acc": validation accuracy (%) or None, "reached": whether it reaches the
-    record's mark (its record's check; None without a record), "term": SGR's term over layer-wise training's at the
-    end (`term_against_layerwise`, None without both runs), "shown": the cell in words}}. A λ's stored record is read
-    first (its rate, or that every rate diverged), else its committed run (interim), else none is committed."""
+    (SGR alone at λ = 1 and 10); {λ: {"acc": validation accuracy (%) or None, "lr": its rate or None, "term": SGR's
+    term over layer-wise training's at the end (`term_against_layerwise`; None without both runs), "reached": whether
+    it reaches the record's mark (its record's check; None without a record), "source": "record", "run only" or
+    "none"}}. A λ's stored record is read first (its rate, or that every rate diverged), else its committed run."""
     from gradalign.compute.backlog import PADDED_LAMBDAS
     from gradalign.experiments import get
     from gradalign.records.runner import stored_record
@@ -161,55 +161,76 @@ def lambda_readings(record: dict) -> dict[float, dict]:
     for overrides in [own, *(o for _, _, o in PADDED_LAMBDAS if o["pad_to"] == cfg.get("pad_to"))]:
         rec = record if overrides is own else stored_record("sgr.tab7nobn", preset, overrides)
         run = deepest_run(get("sgr.tab7nobn").resolve(preset, overrides), "SGR")
-        term = term_against_layerwise(run, layerwise)
         if rec is not None:
-            arm, reached = rec["metrics"]["deepest"]["arms"]["sgr"], rec["checks"]["sgr_trains_deepest_without_bn"]
-            acc = None if arm.get("lr") is None else arm["mean"]
-            shown = "every rate diverged" if acc is None else f"{acc:.1f} % (lr {arm['lr']:g})"
-            reading = {"acc": acc, "reached": acc is not None and reached["passed"], "shown": shown}
+            arm, check = rec["metrics"]["deepest"]["arms"]["sgr"], rec["checks"]["sgr_trains_deepest_without_bn"]
+            acc, lr = (None, None) if arm.get("lr") is None else (arm["mean"], arm["lr"])
+            reading = {"acc": acc, "lr": lr, "reached": acc is not None and check["passed"], "source": "record"}
+        elif run is not None:
+            reading = {"acc": run["final_test_acc"], "lr": run["lr"], "reached": None, "source": "run only"}
         else:
-            acc = None if run is None else run["final_test_acc"]
-            shown = "no run committed" if run is None else f"{acc:.1f} % (lr {run['lr']:g}, run only)"
-            reading = {"acc": acc, "reached": None, "shown": shown}
-        if term is not None and acc is not None:
-            reading["shown"] += f", term {term:.2g}× layer-wise's"
+            reading = {"acc": None, "lr": None, "reached": None, "source": "none"}
+        term = term_against_layerwise(run, layerwise) if reading["acc"] is not None else None
         out[float(rec["config"]["lam"] if rec is not None else overrides["lam"])] = {**reading, "term": term}
     return out
 
 
-def lambda_test(record: dict) -> str:
-    """Where SGR stays below the padded record's mark at the study's λ: the test of its λ (`lambda_readings`), each
-    λ's SGR accuracy in words, and once every λ's record is stored, the one validation chooses (`backlog.padded_choice`,
-    the rule the backlog's padded `gpu` item follows), whether it reaches the record's mark, and what that says of
-    Table 7's claim with global BP's half beside it (one seed: a sentence, not a check). "" where SGR reached the
-    mark, at a record of one of the backlog's λ readings, or at a reading the backlog does not hold."""
+def lambda_table(tried: dict[float, dict], mark: float) -> dict[str, dict[str, str]]:
+    """`lambda_readings` as table rows, one per λ, in words and numbers; `mark`: the record's (%)."""
+    reaches, rows = f"reaches {mark:.1f} %", {}
+    for lam, r in sorted(tried.items()):
+        if r["acc"] is None:
+            what = {"record": "every rate diverged", "none": "no run committed"}[r["source"]]
+            rows[f"λ = {lam:g}"] = {"SGR (%)": what, "rate": "—", "term ÷ layer-wise's": "—", reaches: "—"}
+            continue
+        rows[f"λ = {lam:g}"] = {
+            "SGR (%)": f"{r['acc']:.1f}" + (" (run only)" if r["source"] == "run only" else ""),
+            "rate": f"{r['lr']:g}",
+            "term ÷ layer-wise's": "—" if r["term"] is None else f"{r['term']:.2g}",
+            reaches: {True: "yes", False: "no", None: "no record yet"}[r["reached"]],
+        }
+    return rows
+
+
+def lambda_test(record: dict) -> dict | None:
+    """Where SGR stays below the padded record's mark at the study's λ: the test of its λ as {"intro": a paragraph,
+    "table": `lambda_table`'s rows, "answer": a paragraph or ""}. Once every λ's record is stored, the answer names
+    the λ validation chooses (`backlog.padded_choice`, the rule the backlog's padded `gpu` item follows), whether it
+    reaches the record's mark, and what that says of Table 7's claim with global BP's half beside it (one seed: a
+    sentence, not a check). None where SGR reached the mark, at a record of one of the backlog's λ readings, or at a
+    reading the backlog does not hold."""
     from gradalign.compute.backlog import PADDED_LAMBDAS, padded_choice, padded_records
     from gradalign.experiments.sgr.lambda_study import ACTIVE_RATIO
 
     cfg, checks = record["config"], record["checks"]
     readings = [o for _, _, o in PADDED_LAMBDAS if o["pad_to"] == cfg.get("pad_to")]
     if checks["sgr_trains_deepest_without_bn"]["passed"] or not readings or cfg["lam"] in {o["lam"] for o in readings}:
-        return ""
-    tried = lambda_readings(record)
-    depth, lams = cfg["depths"][-1], ", ".join(f"{lam:g}" for lam in sorted(tried))
-    parts = "; ".join(f"λ = {lam:g}: {r['shown']}" for lam, r in sorted(tried.items()))
-    text = (
-        f"**The test of λ on this network** (SGR alone at VGG-{depth}, seed 0, validation accuracy, the other arms' "
-        "runs reused; the term is SGR's at the last epoch over the same mismatch in layer-wise training, which does "
-        f"not train on it: at most {ACTIVE_RATIO:g} where the term acts; "
+        return None
+    tried, collapse = lambda_readings(record), checks["global_bp_collapses_without_bn"]
+    depth, lams, mark = (
+        cfg["depths"][-1],
+        ", ".join(f"{lam:g}" for lam in sorted(tried)),
+        collapse["value"]["halfway_to_chance"],
     )
-    if padded_records(record["preset"]) is None:
-        return text + (
-            f"in the GPU backlog): {parts}. A run took about an hour on one thread of an AVX512 EPYC at λ = 100, and "
-            "takes minutes on a GPU."
+    stored = padded_records(record["preset"]) is not None
+    intro = (
+        f"**The test of λ on this network:** SGR alone at VGG-{depth} at each λ (mean reduction), seed 0, validation "
+        "accuracy, the other arms' runs reused. The term is SGR's at the last epoch over the same mismatch in "
+        f"layer-wise training, which does not train on it: at most {ACTIVE_RATIO:g} where the term acts. "
+        + (
+            "Each λ's record is stored."
+            if stored
+            else "The runs are in the GPU backlog: one took about an hour on one thread of an AVX512 EPYC at λ = 100, "
+            "and takes minutes on a GPU."
         )
-    text += f"each λ's record): {parts}."
+    )
+    out = {"intro": intro, "table": lambda_table(tried, mark), "answer": ""}
+    if not stored:
+        return out
     lam = padded_choice(record["preset"])
     if lam is None:
-        return text + f" At each λ tried ({lams}) every rate diverged."
-    best, collapse = tried[lam], checks["global_bp_collapses_without_bn"]
-    mark = collapse["value"]["halfway_to_chance"]
-    text += f" Validation chooses λ = {lam:g} (SGR {best['acc']:.1f} %), " + (
+        return {**out, "answer": f"At each λ tried ({lams}) every rate diverged."}
+    best = tried[lam]
+    answer = f"Validation chooses λ = {lam:g} (SGR {best['acc']:.1f} %), " + (
         f"which reaches the record's mark ({mark:.1f} %): SGR trains VGG-{depth} at a λ chosen on this network, on "
         "the validation score it was chosen by (one seed), the second half of Table 7's claim."
         if best["reached"]
@@ -217,15 +238,17 @@ def lambda_test(record: dict) -> str:
         f"({lams}; one seed), so SGR's half of Table 7's claim fails at each of them, not only at the one the study "
         "took."
     )
+    best_bp = collapse["value"]["best_at_deepest"]
     if collapse["passed"]:
-        return text + (
+        answer += (
             " Global BP stays below the mark at every rate, so the claim as a whole holds on this reading, at a λ "
             "chosen here."
             if best["reached"]
-            else f" Global BP's best, {collapse['value']['best_at_deepest']:.1f} %, is below the mark too: the first "
-            "half holds."
+            else f" Global BP's best, {best_bp:.1f} %, is below the mark too: the first half holds."
         )
-    return text + (
-        f" Global BP's best, {collapse['value']['best_at_deepest']:.1f} %, is above the mark: it does not collapse at "
-        "this geometry, so the claim as a whole does not hold here whatever λ does."
-    )
+    else:
+        answer += (
+            f" Global BP's best, {best_bp:.1f} %, is above the mark: it does not collapse at this geometry, so the "
+            "claim as a whole does not hold here whatever λ does."
+        )
+    return {**out, "answer": answer}
