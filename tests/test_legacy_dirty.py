@@ -27,6 +27,18 @@ def store(tmp_path, monkeypatch):
     return runs, {"k/a", "k/b", "k/d"}
 
 
+def _train_clean(runs, monkeypatch) -> list:
+    """Training replaced by writing a clean entry; returns the list of the keys trained, in order."""
+    trained = []
+
+    def clean(unit, cache, threads, committed):
+        trained.append(unit.key)
+        _entry(runs, unit.kind, unit.key, "def")
+
+    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", clean)
+    return trained
+
+
 def test_the_list_is_read_without_comments(tmp_path):
     path = tmp_path / "list.txt"
     path.write_text("# a comment\nk/a.json\n\nk/b.json\n")
@@ -42,13 +54,7 @@ def test_only_listed_entries_that_still_name_a_dirty_commit_are_legacy(store):
 
 def test_retraining_replaces_cpu_entries_and_a_stopped_run_keeps_the_old_one(store, tmp_path, monkeypatch):
     runs, names = store
-    trained = []
-
-    def clean(unit, cache, threads, committed):
-        trained.append(unit.key)
-        _entry(runs, unit.kind, unit.key, "def")
-
-    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", clean)
+    trained = _train_clean(runs, monkeypatch)
     assert legacy_dirty.retrain("x", runs, names, tmp_path / "cache", echo=lambda _: None) == 1
     assert trained == ["a"] and json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "def"
 
@@ -114,17 +120,9 @@ def test_cuda_entries_are_retrained_here_only_when_asked_and_their_moves_are_sai
 def test_parts_share_the_entries_without_training_one_twice(store, tmp_path, monkeypatch):
     """`retrain(part=(k, n))`: n processes side by side train every entry once between them, whichever finishes an
     entry first (the parts are fixed by key; "a" and "d" fall in different parts of 2)."""
-    import zlib
-
-    assert zlib.crc32(b"a") % 2 != zlib.crc32(b"d") % 2
+    assert legacy_dirty.in_part("a", (1, 2)) != legacy_dirty.in_part("d", (1, 2))
     runs, names = store
-    trained = []
-
-    def clean(unit, cache, threads, committed):
-        trained.append(unit.key)
-        _entry(runs, unit.kind, unit.key, "def")
-
-    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", clean)
+    trained = _train_clean(runs, monkeypatch)
     quiet = {"echo": lambda _: None, "cuda_here": True}
     assert legacy_dirty.retrain("x", runs, names, tmp_path / "c1", part=(1, 2), **quiet) == 1
     assert legacy_dirty.retrain("x", runs, names, tmp_path / "c2", part=(2, 2), **quiet) == 1
