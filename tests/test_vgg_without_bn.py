@@ -345,9 +345,6 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
     from gradalign.store import run_unit
 
     padded = _padded_store(monkeypatch, {100.0: 11.3})
-    table = lambda_test(padded)["table"]
-    assert list(table) == ["λ = 1", "λ = 10", "λ = 100"] and table["λ = 1"]["SGR (%)"] == "no run committed"
-    assert table["λ = 100"]["SGR (%)"] == "11.3" and table["λ = 100"]["reaches 47.8 %"] == "no"
     read = run_unit.read_entry
     committed = deepest_run(get("sgr.tab7nobn").resolve("cpu", {"pad_to": 32}), "SGR")  # λ = 100's run
 
@@ -360,6 +357,10 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
 
         monkeypatch.setattr(run_unit, "read_entry", fake)
 
+    sgr_runs({100.0: 11.3})  # no run at λ = 1 or 10 committed
+    table = lambda_test(padded)["table"]
+    assert list(table) == ["λ = 1", "λ = 10", "λ = 100"] and table["λ = 1"]["SGR (%)"] == "no run committed"
+    assert table["λ = 100"]["SGR (%)"] == "11.3" and table["λ = 100"]["reaches 47.8 %"] == "no"
     sgr_runs({1.0: 42.25})
     test = lambda_test(padded)
     one = test["table"]["λ = 1"]
@@ -425,7 +426,11 @@ def test_at_the_lambda_validation_chose_the_reading_no_longer_names_lambda_as_th
     at_one["metrics"]["deepest"]["arms"]["sgr"]["mean"] = 15.0
     text = reading(at_one)
     assert "the one validation chose on this network" in text and "not chosen on this network" not in text
-    assert "not chosen on this network" in reading(padded)
+    assert "not chosen on this network; the test of λ below tries others on it." in reading(padded)
+    _padded_store(monkeypatch, {100.0: 11.3, 1.0: 15.0})  # λ = 10's record not stored: no test to point to
+    assert reading(padded).endswith(
+        "not chosen on this network. The record is inconclusive (not met: enough seeds to decide a difference)."
+    )
 
 
 def test_sgrs_term_against_layerwise_is_its_last_term_over_layerwise_mismatch_mean_over_modules():
@@ -438,3 +443,29 @@ def test_sgrs_term_against_layerwise_is_its_last_term_over_layerwise_mismatch_me
     assert term_against_layerwise(sgr, layerwise) == 0.5
     assert term_against_layerwise(None, layerwise) is None and term_against_layerwise(sgr, None) is None
     assert term_against_layerwise({**sgr, "diverged": {"step": 3}}, layerwise) is None
+
+
+def test_a_chosen_lambda_whose_term_barely_acts_is_not_credited_to_the_reconciliation(monkeypatch):
+    """`nobn_sweep.lambda_test` and `mechanism_caveat`: where the chosen λ reaches the mark with a term above 0.5 ×
+    layer-wise's, the answer says the run does not show the reconciliation is what trains the VGG, naming the λ where
+    the term acts and how SGR fared there; no caveat where the chosen λ's term acts or where it stays below the mark."""
+    from gradalign.book.nobn_sweep import lambda_test, mechanism_caveat
+
+    tried = {
+        1.0: {"term": 0.96, "reached": True},
+        10.0: {"term": 0.79, "reached": True},
+        100.0: {"term": 0.42, "reached": False},
+    }
+    text = mechanism_caveat(tried, 1.0, {"mean": 42.1}, 57, 0.5)
+    assert "0.96× layer-wise training's, above 0.5" in text and "where it acts (100), SGR stays below the mark" in text
+    assert "ended at 42.1 %" in text and "trains VGG-57 here" in text
+    assert "SGR reaches the mark too" in mechanism_caveat(
+        {**tried, 100.0: {"term": 0.4, "reached": True}}, 1.0, {"mean": 1}, 57, 0.5
+    )
+    assert "It acts at no λ tried" in mechanism_caveat({1.0: tried[1.0]}, 1.0, {"mean": 1}, 57, 0.5)
+    padded = _padded_store(monkeypatch, {100.0: 11.3, 1.0: 57.6, 10.0: 54.5})  # the committed runs' terms: 0.42 at 10²
+    test = lambda_test(padded)  # λ = 1's committed run: its term 0.96 × layer-wise's
+    assert test["table"]["λ = 1"]["term ÷ layer-wise's"] == "0.96" and "Validation chooses λ = 1" in test["answer"]
+    assert "does not show that the reconciliation is what trains VGG-57" in test["answer"]
+    _padded_store(monkeypatch, {100.0: 11.3, 1.0: 20.0, 10.0: 15.0})  # chosen below the mark: no caveat
+    assert "reconciliation" not in lambda_test(padded)["answer"]

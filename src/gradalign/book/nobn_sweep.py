@@ -66,7 +66,7 @@ def reading(record: dict) -> str:
     λ = 0 (the same modules, heads and optimisers), trained at the same rate without diverging, lies at least
     `TERM_MARGIN` points above it, the sentence names the leading alternative for SGR's half: its λ, not chosen on
     this network (the study's own is `sgr.lam7`'s, chosen on the BN VGGs at 28 pixels)."""
-    from gradalign.compute.backlog import padded_choice
+    from gradalign.compute.backlog import padded_choice, padded_records
     from gradalign.data.image_sets import image_set_info
     from gradalign.experiments import get
 
@@ -97,6 +97,7 @@ def reading(record: dict) -> str:
     if not trains["passed"] and same_rate and lw["mean"] - sgr["mean"] >= TERM_MARGIN:
         study = get("sgr.tab7nobn").resolve("cpu", {})
         chosen = cfg.get("pad_to") is not None and padded_choice() == cfg["lam"] != study.lam
+        tested = cfg.get("pad_to") is not None and padded_records() is not None
         source = (
             "the study takes from `sgr.lam7`, chosen on VGG-12 and VGG-37 with BatchNorm at 28 pixels"
             if (cfg["lam"], cfg["reduction"]) == (study.lam, study.reduction)
@@ -110,7 +111,8 @@ def reading(record: dict) -> str:
                 "That λ is the one validation chose on this network among those tried (`cpu` scale, seed 0), so SGR's "
                 "term holds it back at every λ tried; only a λ below them is left untried."
                 if chosen
-                else f"So the leading alternative for SGR's half is its λ, which {source}, not chosen on this network."
+                else f"So the leading alternative for SGR's half is its λ, which {source}, not chosen on this network"
+                + ("; the test of λ below tries others on it." if tested else ".")
             )
         )
     verdict = record.get("verdict") or {}
@@ -191,6 +193,24 @@ def lambda_table(tried: dict[float, dict], mark: float) -> dict[str, dict[str, s
     return rows
 
 
+def mechanism_caveat(tried: dict[float, dict], lam: float, layerwise: dict, depth: int, active: float) -> str:
+    """Where the chosen λ trains VGG-`depth` with a term that barely acts (over `active` × layer-wise's): that the
+    reconciliation is not shown to be what trains it, with the λ at which the term does act and whether SGR reached
+    the mark there, and layer-wise training (SGR without the term) beside it."""
+    acting = [x for x, r in sorted(tried.items()) if r["term"] is not None and r["term"] <= active]
+    where = (
+        f"At the λ tried where it acts ({', '.join(f'{x:g}' for x in acting)}), SGR "
+        + ("stays below the mark" if not any(tried[x]["reached"] for x in acting) else "reaches the mark too")
+        if acting
+        else "It acts at no λ tried"
+    )
+    return (
+        f" But its term ends at {tried[lam]['term']:.2g}× layer-wise training's, above {active:g}: it barely acts. "
+        f"{where}, and layer-wise training, SGR without the term, ended at {layerwise['mean']:.1f} % at the same "
+        f"rate (one seed each). So this run does not show that the reconciliation is what trains VGG-{depth} here."
+    )
+
+
 def lambda_test(record: dict) -> dict | None:
     """Where SGR stays below the padded record's mark at the study's λ: the test of its λ as {"intro": a paragraph,
     "table": `lambda_table`'s rows, "answer": a paragraph or ""}. Once every λ's record is stored, the answer names
@@ -238,6 +258,9 @@ def lambda_test(record: dict) -> dict | None:
         f"({lams}; one seed), so SGR's half of Table 7's claim fails at each of them, not only at the one the study "
         "took."
     )
+    if best["reached"] and best["term"] is not None and best["term"] > ACTIVE_RATIO:
+        layerwise = record["metrics"]["deepest"]["arms"]["layerwise"]
+        answer += mechanism_caveat(tried, lam, layerwise, depth, ACTIVE_RATIO)
     best_bp = collapse["value"]["best_at_deepest"]
     if collapse["passed"]:
         answer += (
