@@ -266,10 +266,11 @@ def test_the_backlog_holds_the_padded_reading_at_other_lambdas_each_training_sgr
         assert [unit.label for unit in left] in ([], ["SGR K=55 vgg57 seed 0"])
 
 
-def _padded_store(monkeypatch, accs: dict, own_passed: bool | None = None) -> dict:
+def _padded_store(monkeypatch, accs: dict, own_passed: bool | None = None, terms: dict | None = None) -> dict:
     """Fake stored records of the padded reading at `cpu`: {λ: SGR's accuracy at VGG-57, None where every rate
     diverged}; a λ not in `accs` has no record. Each record's SGR check is its accuracy against the mark (the study's
-    own λ = 100 passes where `own_passed` says so). Returns the committed padded record (λ = 100)."""
+    own λ = 100 passes where `own_passed` says so), its term ratio at VGG-57 `terms`' (else the committed record's).
+    Returns the committed padded record (λ = 100)."""
     import copy
 
     from gradalign.records import runner
@@ -283,6 +284,8 @@ def _padded_store(monkeypatch, accs: dict, own_passed: bool | None = None) -> di
         rec["metrics"]["deepest"]["arms"]["sgr"].update(mean=acc, lr=None if acc is None else 0.003)
         passed = acc is not None and acc >= mark
         rec["checks"]["sgr_trains_deepest_without_bn"]["passed"] = own_passed if lam == 100.0 and own_passed else passed
+        if terms and lam in terms:
+            rec["preconditions"]["mechanism_active"]["value"]["d=57"]["ratio"] = terms[lam]
         return rec
 
     def fake(element_id, preset, overrides=None, store=None):
@@ -340,7 +343,7 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
     mark, at a λ reading's own record, or at 28 pixels (the backlog holds the padded reading only)."""
     import copy
 
-    from gradalign.book.nobn_sweep import deepest_run, lambda_test
+    from gradalign.book.nobn_sweep import TERM_COLUMN, deepest_run, lambda_test
     from gradalign.experiments import get
     from gradalign.store import run_unit
 
@@ -360,12 +363,16 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
     sgr_runs({100.0: 11.3})  # no run at λ = 1 or 10 committed
     table = lambda_test(padded)["table"]
     assert list(table) == ["λ = 1", "λ = 10", "λ = 100"] and table["λ = 1"]["SGR (%)"] == "no run committed"
-    assert table["λ = 100"]["SGR (%)"] == "11.3" and table["λ = 100"]["reaches 47.8 %"] == "no"
+    assert table["λ = 100"]["SGR (%)"] == "11.3" and table["λ = 100"]["reaches the mark (47.8 %)"] == "no"
     sgr_runs({1.0: 42.25})
     test = lambda_test(padded)
-    one = test["table"]["λ = 1"]
-    assert one["SGR (%)"] == "42.2 (run only)" and one["rate"] == "0.003" and one["reaches 47.8 %"] == "no record yet"
-    assert one["term ÷ layer-wise's"] != "—" and test["table"]["λ = 10"]["SGR (%)"] == "no run committed"
+    one = test["table"]["λ = 1"]  # the run's term: term_against_layerwise on the committed runs
+    assert (
+        one["SGR (%)"] == "42.2 (run only)"
+        and one["rate"] == "0.003"
+        and one["reaches the mark (47.8 %)"] == "no record yet"
+    )
+    assert one[TERM_COLUMN] != "—" and test["table"]["λ = 10"]["SGR (%)"] == "no run committed"
     assert "VGG-57" in test["intro"] and "GPU backlog" in test["intro"] and test["answer"] == ""
     sgr_runs({1.0: 42.25, 10.0: 60.0})  # every λ's run committed, no record: no choice yet (a run may diverge)
     assert lambda_test(padded)["answer"] == ""
@@ -404,7 +411,7 @@ def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_store
     answer = lambda_test(padded)["answer"]
     assert "Validation chooses λ = 10" in answer and "which reaches the record's mark" in answer
     assert "holds on this reading" not in answer and "does not collapse" in answer
-    assert lambda_test(padded)["table"]["λ = 10"]["reaches 47.8 %"] == "yes"
+    assert lambda_test(padded)["table"]["λ = 10"]["reaches the mark (47.8 %)"] == "yes"
     assert "the claim as a whole holds on this reading, at a λ chosen here" in lambda_test(collapsed)["answer"]
     _padded_store(monkeypatch, {100.0: None, 1.0: None, 10.0: None})
     every = copy.deepcopy(padded)
@@ -426,7 +433,7 @@ def test_at_the_lambda_validation_chose_the_reading_no_longer_names_lambda_as_th
     at_one["metrics"]["deepest"]["arms"]["sgr"]["mean"] = 15.0
     text = reading(at_one)
     assert "the one validation chose on this network" in text and "not chosen on this network" not in text
-    assert "not chosen on this network; the test of λ below tries others on it." in reading(padded)
+    assert "not chosen on this network; the test below tries λ = 1 and 10 on it." in reading(padded)
     _padded_store(monkeypatch, {100.0: 11.3, 1.0: 15.0})  # λ = 10's record not stored: no test to point to
     assert reading(padded).endswith(
         "not chosen on this network. The record is inconclusive (not met: enough seeds to decide a difference)."
@@ -443,29 +450,64 @@ def test_sgrs_term_against_layerwise_is_its_last_term_over_layerwise_mismatch_me
     assert term_against_layerwise(sgr, layerwise) == 0.5
     assert term_against_layerwise(None, layerwise) is None and term_against_layerwise(sgr, None) is None
     assert term_against_layerwise({**sgr, "diverged": {"step": 3}}, layerwise) is None
+    gap = {"diverged": None, "history": {"sgr_by_module": [[None, 0.3, None]]}}  # a module's mismatch missing
+    assert term_against_layerwise(sgr, gap) is None
 
 
 def test_a_chosen_lambda_whose_term_barely_acts_is_not_credited_to_the_reconciliation(monkeypatch):
     """`nobn_sweep.lambda_test` and `mechanism_caveat`: where the chosen λ reaches the mark with a term above 0.5 ×
-    layer-wise's, the answer says the run does not show the reconciliation is what trains the VGG, naming the λ where
-    the term acts and how SGR fared there; no caveat where the chosen λ's term acts or where it stays below the mark."""
-    from gradalign.book.nobn_sweep import lambda_test, mechanism_caveat
+    layer-wise's, the answer says the runs do not show the reconciliation is what trains the VGG, naming the λ where
+    the term falls that far and whether SGR reached the mark there, and layer-wise training's gap at its rate; no
+    caveat where the chosen λ's term acts, or where it stays below the mark."""
+    from gradalign.book.nobn_sweep import TERM_COLUMN, lambda_test, mechanism_caveat
 
     tried = {
-        1.0: {"term": 0.96, "reached": True},
-        10.0: {"term": 0.79, "reached": True},
-        100.0: {"term": 0.42, "reached": False},
+        1.0: {"term": 0.956, "reached": True, "acc": 57.6, "lr": 0.003},
+        10.0: {"term": 0.792, "reached": True, "acc": 54.5, "lr": 0.003},
+        100.0: {"term": 0.418, "reached": False, "acc": 11.3, "lr": 0.003},
     }
-    text = mechanism_caveat(tried, 1.0, {"mean": 42.1}, 57, 0.5)
-    assert "0.96× layer-wise training's, above 0.5" in text and "where it acts (100), SGR stays below the mark" in text
-    assert "ended at 42.1 %" in text and "trains VGG-57 here" in text
-    assert "SGR reaches the mark too" in mechanism_caveat(
-        {**tried, 100.0: {"term": 0.4, "reached": True}}, 1.0, {"mean": 1}, 57, 0.5
-    )
-    assert "It acts at no λ tried" in mechanism_caveat({1.0: tried[1.0]}, 1.0, {"mean": 1}, 57, 0.5)
-    padded = _padded_store(monkeypatch, {100.0: 11.3, 1.0: 57.6, 10.0: 54.5})  # the committed runs' terms: 0.42 at 10²
-    test = lambda_test(padded)  # λ = 1's committed run: its term 0.96 × layer-wise's
-    assert test["table"]["λ = 1"]["term ÷ layer-wise's"] == "0.96" and "Validation chooses λ = 1" in test["answer"]
-    assert "does not show that the reconciliation is what trains VGG-57" in test["answer"]
-    _padded_store(monkeypatch, {100.0: 11.3, 1.0: 20.0, 10.0: 15.0})  # chosen below the mark: no caveat
+    layerwise = {"mean": 42.1, "lr": 0.003}
+    text = mechanism_caveat(tried, 1.0, layerwise, 57, 0.5)
+    assert "0.956× layer-wise training's mismatch, above 0.5" in text
+    assert "or below (λ = 100), SGR stays below the mark" in text and "trains VGG-57 here" in text
+    assert "ended at 42.1 % at the same rate, 15.5 points below SGR" in text
+    assert "at lr 0.01, 15.5 points below" in mechanism_caveat(tried, 1.0, {**layerwise, "lr": 0.01}, 57, 0.5)
+    both = {**tried, 10.0: {**tried[10.0], "term": 0.4}, 100.0: {**tried[100.0], "term": 0.4}}
+    assert "(λ = 10, 100), SGR reaches the mark at λ = 10 only" in mechanism_caveat(both, 1.0, layerwise, 57, 0.5)
+    acting_trains = {**tried, 100.0: {**tried[100.0], "term": 0.4, "reached": True}}
+    assert "SGR reaches the mark too" in mechanism_caveat(acting_trains, 1.0, layerwise, 57, 0.5)
+    assert "At no λ tried does the term fall" in mechanism_caveat({1.0: tried[1.0]}, 1.0, layerwise, 57, 0.5)
+    terms = {1.0: 0.956, 10.0: 0.792}
+    padded = _padded_store(monkeypatch, {100.0: 11.3, 1.0: 57.6, 10.0: 54.5}, terms=terms)
+    test = lambda_test(padded)
+    assert test["table"]["λ = 1"][TERM_COLUMN] == "0.956" and "Validation chooses λ = 1" in test["answer"]
+    assert "do not show that the reconciliation is what trains VGG-57" in test["answer"]
+    _padded_store(monkeypatch, {100.0: 11.3, 1.0: 57.6, 10.0: 54.5}, terms={1.0: 0.3, 10.0: 0.792})  # the term acts
     assert "reconciliation" not in lambda_test(padded)["answer"]
+    _padded_store(monkeypatch, {100.0: 11.3, 1.0: 20.0, 10.0: 15.0}, terms=terms)  # chosen below the mark: no caveat
+    assert "reconciliation" not in lambda_test(padded)["answer"]
+
+
+def test_the_lambda_table_says_what_each_row_is_in_words():
+    """`nobn_sweep.lambda_table`: a stored record whose every rate diverged, a committed run that diverged, none
+    committed, a run without a record (and its term), each in words; no raw float in a cell."""
+    from gradalign.book.nobn_sweep import TERM_COLUMN, lambda_table
+
+    none = {"acc": None, "lr": None, "reached": None, "term": None}
+    rows = lambda_table(
+        {
+            1.0: {**none, "source": "record", "reached": False},
+            10.0: {**none, "source": "run diverged"},
+            30.0: {**none, "source": "none"},
+            100.0: {"acc": 42.25, "lr": 0.003, "reached": None, "term": 0.41749, "source": "run only"},
+        },
+        47.75,
+    )
+    assert rows["λ = 1"]["SGR (%)"] == "every rate diverged" and rows["λ = 10"]["SGR (%)"] == "diverged (run only)"
+    assert rows["λ = 30"]["SGR (%)"] == "no run committed" and rows["λ = 30"][TERM_COLUMN] == "—"
+    assert rows["λ = 100"] == {
+        "SGR (%)": "42.2 (run only)",
+        "rate": "0.003",
+        TERM_COLUMN: "0.417",
+        "reaches the mark (47.8 %)": "no record yet",
+    }
