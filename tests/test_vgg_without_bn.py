@@ -363,14 +363,14 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
     sgr_runs({100.0: 11.3})  # no run at λ = 1 or 10 committed
     table = lambda_test(padded)["table"]
     assert list(table) == ["λ = 1", "λ = 10", "λ = 100"] and table["λ = 1"]["SGR (%)"] == "no run committed"
-    assert table["λ = 100"]["SGR (%)"] == "11.3" and table["λ = 100"]["reaches the mark (47.8 %)"] == "no"
+    assert table["λ = 100"]["SGR (%)"] == "11.3" and table["λ = 100"]["reaches the mark (47.8\u00a0%)"] == "no"
     sgr_runs({1.0: 42.25})
     test = lambda_test(padded)
     one = test["table"]["λ = 1"]  # the run's term: term_against_layerwise on the committed runs
     assert (
         one["SGR (%)"] == "42.2 (run only)"
         and one["rate"] == "0.003"
-        and one["reaches the mark (47.8 %)"] == "no record yet"
+        and one["reaches the mark (47.8\u00a0%)"] == "no record yet"
     )
     assert one[TERM_COLUMN] != "—" and test["table"]["λ = 10"]["SGR (%)"] == "no run committed"
     assert "VGG-57" in test["intro"] and "GPU backlog" in test["intro"] and test["answer"] == ""
@@ -411,7 +411,7 @@ def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_store
     answer = lambda_test(padded)["answer"]
     assert "Validation chooses λ = 10" in answer and "which reaches the record's mark" in answer
     assert "holds on this reading" not in answer and "does not collapse" in answer
-    assert lambda_test(padded)["table"]["λ = 10"]["reaches the mark (47.8 %)"] == "yes"
+    assert lambda_test(padded)["table"]["λ = 10"]["reaches the mark (47.8\u00a0%)"] == "yes"
     assert "the claim as a whole holds on this reading, at a λ chosen here" in lambda_test(collapsed)["answer"]
     _padded_store(monkeypatch, {100.0: None, 1.0: None, 10.0: None})
     every = copy.deepcopy(padded)
@@ -509,5 +509,5 @@ def test_the_lambda_table_says_what_each_row_is_in_words():
         "SGR (%)": "42.2 (run only)",
         "rate": "0.003",
         TERM_COLUMN: "0.417",
-        "reaches the mark (47.8 %)": "no record yet",
+        "reaches the mark (47.8\u00a0%)": "no record yet",
     }

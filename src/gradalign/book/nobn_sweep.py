@@ -195,7 +195,7 @@ TERM_COLUMN = "term / layer-wise mismatch"
 
 def lambda_table(tried: dict[float, dict], mark: float) -> dict[str, dict[str, str]]:
     """`lambda_readings` as table rows, one per λ, in words and numbers; `mark`: the record's (%)."""
-    reaches, rows = f"reaches the mark ({mark:.1f} %)", {}
+    reaches, rows = f"reaches the mark ({mark:.1f}\u00a0%)", {}  # the number and its unit kept on one line
     for lam, r in sorted(tried.items()):
         if r["acc"] is None:
             what = {"record": "every rate diverged", "none": "no run committed", "run diverged": "diverged (run only)"}
