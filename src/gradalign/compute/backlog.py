@@ -55,7 +55,7 @@ def padded_choice(preset: str = "cpu") -> float | None:
     records = padded_records(preset)
     if records is None:
         return None
-    own = float(records[next(iter(records))]["config"]["lam"])
+    own = next(iter(records))  # the study's own λ comes first
     if records[own]["checks"]["sgr_trains_deepest_without_bn"]["passed"]:
         return own
     arms = {lam: record["metrics"]["deepest"]["arms"]["sgr"] for lam, record in records.items()}
