@@ -178,14 +178,8 @@ def lambda_readings(record: dict) -> dict[float, dict]:
             source = "none" if run is None else "run diverged"
             reading = {"acc": None, "lr": None, "reached": None, "source": source, "term": None}
         else:
-            term = term_against_layerwise(run, layerwise)
-            reading = {
-                "acc": run["final_test_acc"],
-                "lr": run["lr"],
-                "reached": None,
-                "source": "run only",
-                "term": term,
-            }
+            reading = {"acc": run["final_test_acc"], "lr": run["lr"], "reached": None, "source": "run only"}
+            reading["term"] = term_against_layerwise(run, layerwise)
         out[float(overrides["lam"])] = reading
     return out
 
@@ -254,11 +248,8 @@ def lambda_test(record: dict) -> dict | None:
     if checks["sgr_trains_deepest_without_bn"]["passed"] or not readings or cfg["lam"] in {o["lam"] for o in readings}:
         return None
     tried, collapse = lambda_readings(record), checks["global_bp_collapses_without_bn"]
-    depth, lams, mark = (
-        cfg["depths"][-1],
-        ", ".join(f"{lam:g}" for lam in sorted(tried)),
-        collapse["value"]["halfway_to_chance"],
-    )
+    depth, mark = cfg["depths"][-1], collapse["value"]["halfway_to_chance"]
+    lams = ", ".join(f"{lam:g}" for lam in sorted(tried))
     stored = padded_records(record["preset"]) is not None
     intro = (
         f"**Testing λ on this network.** SGR alone at VGG-{depth} at each λ (mean reduction, seed 0, validation "
