@@ -15,6 +15,11 @@ from gradalign.training.local import LocalRunSpec, SGRProtocol
 CHANCE = 10.0
 
 
+def row(lam: float) -> str:
+    """A row label of `lambda_table` (no-break spaces keep it on one line)."""
+    return f"λ\u00a0=\u00a0{lam:g}"
+
+
 def _last_conv_std(init: str, depth: int = 57) -> float:
     torch.manual_seed(0)
     model = vgg_deep(depth, 10, 1, 0.125, batch_norm=False, init=init)
@@ -362,17 +367,17 @@ def test_the_lambda_test_is_shown_where_sgr_stays_below_the_mark_with_each_lambd
 
     sgr_runs({100.0: 11.3})  # no run at λ = 1 or 10 committed
     table = lambda_test(padded)["table"]
-    assert list(table) == ["λ = 1", "λ = 10", "λ = 100"] and table["λ = 1"]["SGR (%)"] == "no run committed"
-    assert table["λ = 100"]["SGR (%)"] == "11.3" and table["λ = 100"]["reaches the mark (47.8\u00a0%)"] == "no"
+    assert list(table) == [row(1), row(10), row(100)] and table[row(1)]["SGR (%)"] == "no run committed"
+    assert table[row(100)]["SGR (%)"] == "11.3" and table[row(100)]["reaches the mark (47.8\u00a0%)"] == "no"
     sgr_runs({1.0: 42.25})
     test = lambda_test(padded)
-    one = test["table"]["λ = 1"]  # the run's term: term_against_layerwise on the committed runs
+    one = test["table"][row(1)]  # the run's term: term_against_layerwise on the committed runs
     assert (
         one["SGR (%)"] == "42.2 (run only)"
         and one["rate"] == "0.003"
         and one["reaches the mark (47.8\u00a0%)"] == "no record yet"
     )
-    assert one[TERM_COLUMN] != "—" and test["table"]["λ = 10"]["SGR (%)"] == "no run committed"
+    assert one[TERM_COLUMN] != "—" and test["table"][row(10)]["SGR (%)"] == "no run committed"
     assert "VGG-57" in test["intro"] and "GPU backlog" in test["intro"] and test["answer"] == ""
     sgr_runs({1.0: 42.25, 10.0: 60.0})  # every λ's run committed, no record: no choice yet (a run may diverge)
     assert lambda_test(padded)["answer"] == ""
@@ -399,7 +404,7 @@ def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_store
     padded = _padded_store(monkeypatch, {100.0: 11.3, 1.0: 30.0, 10.0: None})
     mark = padded["checks"]["global_bp_collapses_without_bn"]["value"]["halfway_to_chance"]
     test = lambda_test(padded)
-    assert test["table"]["λ = 10"]["SGR (%)"] == "every rate diverged" and "record is stored" in test["intro"]
+    assert test["table"][row(10)]["SGR (%)"] == "every rate diverged" and "record is stored" in test["intro"]
     assert "GPU backlog" not in test["intro"] and "Validation chooses λ = 1 (SGR 30.0 %)" in test["answer"]
     assert "still below the record's mark" in test["answer"] and "at any λ tried (1, 10, 100" in test["answer"]
     assert "does not collapse" in test["answer"]  # global BP trained VGG-57 at 32 pixels
@@ -411,7 +416,7 @@ def test_the_lambda_test_chooses_lambda_on_validation_once_every_lambda_is_store
     answer = lambda_test(padded)["answer"]
     assert "Validation chooses λ = 10" in answer and "which reaches the record's mark" in answer
     assert "holds on this reading" not in answer and "does not collapse" in answer
-    assert lambda_test(padded)["table"]["λ = 10"]["reaches the mark (47.8\u00a0%)"] == "yes"
+    assert lambda_test(padded)["table"][row(10)]["reaches the mark (47.8\u00a0%)"] == "yes"
     assert "the claim as a whole holds on this reading, at a λ chosen here" in lambda_test(collapsed)["answer"]
     _padded_store(monkeypatch, {100.0: None, 1.0: None, 10.0: None})
     every = copy.deepcopy(padded)
@@ -480,7 +485,7 @@ def test_a_chosen_lambda_whose_term_barely_acts_is_not_credited_to_the_reconcili
     terms = {1.0: 0.956, 10.0: 0.792}
     padded = _padded_store(monkeypatch, {100.0: 11.3, 1.0: 57.6, 10.0: 54.5}, terms=terms)
     test = lambda_test(padded)
-    assert test["table"]["λ = 1"][TERM_COLUMN] == "0.956" and "Validation chooses λ = 1" in test["answer"]
+    assert test["table"][row(1)][TERM_COLUMN] == "0.956" and "Validation chooses λ = 1" in test["answer"]
     assert "do not show that the reconciliation is what trains VGG-57" in test["answer"]
     _padded_store(monkeypatch, {100.0: 11.3, 1.0: 57.6, 10.0: 54.5}, terms={1.0: 0.3, 10.0: 0.792})  # the term acts
     assert "reconciliation" not in lambda_test(padded)["answer"]
@@ -503,9 +508,9 @@ def test_the_lambda_table_says_what_each_row_is_in_words():
         },
         47.75,
     )
-    assert rows["λ = 1"]["SGR (%)"] == "every rate diverged" and rows["λ = 10"]["SGR (%)"] == "diverged (run only)"
-    assert rows["λ = 30"]["SGR (%)"] == "no run committed" and rows["λ = 30"][TERM_COLUMN] == "—"
-    assert rows["λ = 100"] == {
+    assert rows[row(1)]["SGR (%)"] == "every rate diverged" and rows[row(10)]["SGR (%)"] == "diverged (run only)"
+    assert rows[row(30)]["SGR (%)"] == "no run committed" and rows[row(30)][TERM_COLUMN] == "—"
+    assert rows[row(100)] == {
         "SGR (%)": "42.2 (run only)",
         "rate": "0.003",
         TERM_COLUMN: "0.417",

@@ -191,11 +191,12 @@ def lambda_table(tried: dict[float, dict], mark: float) -> dict[str, dict[str, s
     """`lambda_readings` as table rows, one per λ, in words and numbers; `mark`: the record's (%)."""
     reaches, rows = f"reaches the mark ({mark:.1f}\u00a0%)", {}  # the number and its unit kept on one line
     for lam, r in sorted(tried.items()):
+        label = f"λ\u00a0=\u00a0{lam:g}"  # one line on a phone
         if r["acc"] is None:
             what = {"record": "every rate diverged", "none": "no run committed", "run diverged": "diverged (run only)"}
-            rows[f"λ = {lam:g}"] = {"SGR (%)": what[r["source"]], "rate": "—", TERM_COLUMN: "—", reaches: "—"}
+            rows[label] = {"SGR (%)": what[r["source"]], "rate": "—", TERM_COLUMN: "—", reaches: "—"}
             continue
-        rows[f"λ = {lam:g}"] = {
+        rows[label] = {
             "SGR (%)": f"{r['acc']:.1f}" + (" (run only)" if r["source"] == "run only" else ""),
             "rate": f"{r['lr']:g}",
             TERM_COLUMN: "—" if r["term"] is None else f"{r['term']:.3g}",
