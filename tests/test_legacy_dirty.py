@@ -211,3 +211,24 @@ def test_a_run_that_diverges_here_stops_in_one_line_and_puts_its_entry_back(stor
     with pytest.raises(SystemExit, match=r"^legacy_dirty: x: run a diverged at step 200.*put back \(--drop-diverged"):
         legacy_dirty.main(["x", "--train", "--cache", str(tmp_path / "fresh")])
     assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"
+
+
+def test_after_cuda_entries_moved_every_record_that_reads_them_is_named_with_the_command(
+    store, tmp_path, monkeypatch, capsys
+):
+    """A CPU entry retrained on its own kind keeps its value, so nothing is said; a CUDA one moves, and the advice
+    names each element reading it (here x and y, not w) and warns off `--force`, which retrains every run read."""
+    runs, names = store
+    trained = _train_clean(runs, monkeypatch)
+    units = legacy_dirty.element_units("x")
+    other = [SimpleNamespace(kind="k", key="z", label="run z")]
+    monkeypatch.setattr(legacy_dirty, "element_units", lambda e: units if e in ("x", "y") else other)
+    monkeypatch.setattr(legacy_dirty, "listed", lambda: names)
+    monkeypatch.setattr("gradalign.store.store_root.results_root", lambda: runs.parent)
+    monkeypatch.setattr("gradalign.experiments.units.UNITS", {"x": None, "y": None, "w": None})
+    assert legacy_dirty.main(["x", "--train", "--cache", str(tmp_path / "c1")]) == 0
+    assert trained == ["a"] and "assemble again" not in capsys.readouterr().out
+    assert legacy_dirty.main(["x", "--train", "--cuda-here", "--cache", str(tmp_path / "c2")]) == 0
+    out = capsys.readouterr().out
+    assert trained == ["a", "d"] and "assemble again each record that reads them (x, y) from a clean tree" in out
+    assert "remove its stored cpu record" in out and "not --force" in out and "once every part" not in out

@@ -11,8 +11,8 @@ EPYC's. An entry from before 2026-12-07 names torch's capability alone; its `har
 `retrain` prints every value that moved; where one did, as for a CUDA entry, the records reading it are assembled
 again. A CUDA entry trained again on a CPU is a new run on other hardware: a stable run's value moves a little, an
 unstable one's as far as a reseeded run's (2026-12-07, AVX512 Xeon: `sgr.fig2`'s SGR tuning run at lr 0.1, 8 epochs,
-final accuracy 9.8 -> 31.9 %, best 30.5 -> 54.4 %, 456 s on one thread beside two trainings; put back, since the
-records reading it were not assembled again in that session). So a tuning choice read from such runs can change.
+final accuracy 9.8 -> 31.9 %, best 30.5 -> 54.4 %; one of its layer-wise runs at lr 0.1, 84.3 -> 60.7 %). So a
+tuning choice read from such runs can change; there, it did not (`sgr.fig2`-`fig4` kept every check).
 
 An entry belongs to an element when it is one of the element's units at its `cpu` preset, or at half its budget
 (`claim_budget.half_overrides`, which the claim-level budget check reads). Other readers exist (the book's supervised
@@ -32,8 +32,9 @@ and refused unless the rebuilt unit has the entry's key. Their readers compute t
 record of them changes only where a CUDA entry was retrained.
 
 With `--cuda-here` the element's CUDA entries are trained on this CPU as well (no GPU is needed to clean them): their
-values move (each printed old -> new), so every record that reads them is assembled again afterwards, from
-a clean tree (`gradalign run ELEMENT --preset cpu` with the record removed), and committed with them.
+values move (each printed old -> new), so every record that reads them is assembled again afterwards, from a clean
+tree (`gradalign run ELEMENT --preset cpu` with the record removed; `--force` would train every run the record reads
+again), and committed with them. `--train` names the elements that read the moved entries (`readers`).
 """
 
 from __future__ import annotations
@@ -212,6 +213,27 @@ def retrain(
     return trained
 
 
+def readers(entries: set[tuple[str, str]]) -> list[str]:
+    """The elements among whose units (`element_units`) is any of `entries` ((kind, key) pairs): the records to
+    assemble again once those entries have moved."""
+    from gradalign.experiments.units import UNITS
+
+    return [e for e in UNITS if entries & {(u.kind, u.key) for u in element_units(e)}]
+
+
+def reassembly_advice(element_id: str, elements: list[str], parts: bool) -> str:
+    """What to do after CUDA entries were trained again here: their values moved, so every record that reads them is
+    assembled again, from the committed runs. Not with `gradalign run --force`, which trains every run the record
+    reads again (on 2026-12-07 it retrained `sgr.fig2`'s committed EPYC runs before it was stopped)."""
+    after = "once every part has finished, " if parts else ""
+    names = ", ".join(elements) or element_id
+    return (
+        f"{element_id}: CUDA entries moved; {after}commit them, then assemble again each record that reads them "
+        f"({names}) from a clean tree: remove its stored cpu record and run `gradalign run ID --preset cpu` "
+        "(not --force, which trains every run the record reads again)"
+    )
+
+
 def stop_cleanly_on_sigterm() -> None:
     """Make SIGTERM (`kill`, `pkill`) raise SystemExit, so that `retrain` puts back the entry of the run it stops
     (the default SIGTERM ends the process at once, leaving the removed entry's hole)."""
@@ -278,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         rebuilt, others = unclaimed(runs, names) if UNCLAIMED in elements else ([], [])
     for element_id in elements:
         if args.train:
-            mine = [p for u, p in legacy_of(element_id, runs, names) if in_part(u.key, part)]
-            cuda = args.cuda_here and any(p["device"] == "cuda" for p in mine)
+            mine = [(u, p) for u, p in legacy_of(element_id, runs, names) if in_part(u.key, part)]
+            cuda_keys = {(u.kind, u.key) for u, p in mine if p["device"] == "cuda"} if args.cuda_here else set()
             try:
                 retrain(
                     element_id,
@@ -295,9 +317,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"legacy_dirty: {element_id}: {err}; its dirty entry was put back (--drop-diverged removes it, "
                     "where the element scores a divergence of that run itself)"
                 ) from None
-            if cuda:
-                after = " once every part has finished" if part[1] > 1 else ""
-                print(f"{element_id}: assemble its records again from a clean tree{after} (CUDA entries moved)")
+            if cuda_keys:
+                print(reassembly_advice(element_id, readers(cuda_keys), part[1] > 1))
         else:
             print(summary(element_id, runs, names, rebuilt if element_id == UNCLAIMED else None))
     if not args.train and UNCLAIMED in elements:
