@@ -213,22 +213,42 @@ def test_a_run_that_diverges_here_stops_in_one_line_and_puts_its_entry_back(stor
     assert json.loads((runs / "k" / "a.json").read_text())["provenance"]["git_commit"] == "abc+dirty"
 
 
-def test_after_cuda_entries_moved_every_record_that_reads_them_is_named_with_the_command(
+def test_after_entries_moved_every_record_that_reads_them_is_named_with_the_command(
     store, tmp_path, monkeypatch, capsys
 ):
     """A CPU entry retrained on its own kind keeps its value, so nothing is said; a CUDA one moves, and the advice
-    names each element reading it (here x and y, not w) and warns off `--force`, which retrains every run read."""
+    names each element reading it (x and y read d; w reads only a, which did not move) and warns off `--force`,
+    which retrains every run read. With nothing left to retrain, nothing is said."""
     runs, names = store
-    trained = _train_clean(runs, monkeypatch)
-    units = legacy_dirty.element_units("x")
-    other = [SimpleNamespace(kind="k", key="z", label="run z")]
-    monkeypatch.setattr(legacy_dirty, "element_units", lambda e: units if e in ("x", "y") else other)
+    trained = []
+
+    def clean(unit, cache, threads, committed):  # a keeps its value (same kind), d moves (CUDA -> CPU)
+        trained.append(unit.key)
+        path = _entry(runs, unit.kind, unit.key, "def")
+        path.write_text(json.dumps({"provenance": {"git_commit": "def"}, "value": {"acc": 0.5}}))
+
+    monkeypatch.setattr("gradalign.compute.sweep.compute_unit", clean)
+    for key, acc in (("a", 0.5), ("d", 0.52)):
+        device = "cuda" if key == "d" else "cpu"
+        (runs / "k" / f"{key}.json").write_text(
+            json.dumps({"provenance": {"git_commit": "abc+dirty", "device": device}, "value": {"acc": acc}})
+        )
+    units = {u.key: u for u in legacy_dirty.element_units("x")}
+    reads = {"x": list(units.values()), "y": [units["d"]], "w": [units["a"]]}
+    monkeypatch.setattr(legacy_dirty, "element_units", lambda e: reads[e])
     monkeypatch.setattr(legacy_dirty, "listed", lambda: names)
     monkeypatch.setattr("gradalign.store.store_root.results_root", lambda: runs.parent)
-    monkeypatch.setattr("gradalign.experiments.units.UNITS", {"x": None, "y": None, "w": None})
+    monkeypatch.setattr("gradalign.experiments.units.UNITS", dict.fromkeys(reads))
     assert legacy_dirty.main(["x", "--train", "--cache", str(tmp_path / "c1")]) == 0
     assert trained == ["a"] and "assemble again" not in capsys.readouterr().out
     assert legacy_dirty.main(["x", "--train", "--cuda-here", "--cache", str(tmp_path / "c2")]) == 0
     out = capsys.readouterr().out
     assert trained == ["a", "d"] and "assemble again each record that reads them (x, y) from a clean tree" in out
     assert "remove its stored cpu record" in out and "not --force" in out and "once every part" not in out
+    assert legacy_dirty.main(["x", "--train", "--cuda-here", "--cache", str(tmp_path / "c3")]) == 0
+    assert trained == ["a", "d"] and "assemble again" not in capsys.readouterr().out
+
+
+def test_entries_no_element_reads_point_to_their_pilot_not_to_gradalign_run():
+    advice = legacy_dirty.reassembly_advice("unclaimed", [], parts=True)
+    assert "no element's units read them" in advice and "gradalign run" not in advice and "every part" in advice

@@ -11,8 +11,8 @@ EPYC's. An entry from before 2026-12-07 names torch's capability alone; its `har
 `retrain` prints every value that moved; where one did, as for a CUDA entry, the records reading it are assembled
 again. A CUDA entry trained again on a CPU is a new run on other hardware: a stable run's value moves a little, an
 unstable one's as far as a reseeded run's (2026-12-07, AVX512 Xeon: `sgr.fig2`'s SGR tuning run at lr 0.1, 8 epochs,
-final accuracy 9.8 -> 31.9 %, best 30.5 -> 54.4 %; one of its layer-wise runs at lr 0.1, 84.3 -> 60.7 %). So a
-tuning choice read from such runs can change; there, it did not (`sgr.fig2`-`fig4` kept every check).
+final accuracy 9.8 -> 31.9 %, best 30.5 -> 54.4 %; one of its layer-wise runs at lr 0.3, 40 epochs, 84.3 -> 60.7 %).
+So a tuning choice read from such runs can change.
 
 An entry belongs to an element when it is one of the element's units at its `cpu` preset, or at half its budget
 (`claim_budget.half_overrides`, which the claim-level budget check reads). Other readers exist (the book's supervised
@@ -34,7 +34,7 @@ record of them changes only where a CUDA entry was retrained.
 With `--cuda-here` the element's CUDA entries are trained on this CPU as well (no GPU is needed to clean them): their
 values move (each printed old -> new), so every record that reads them is assembled again afterwards, from a clean
 tree (`gradalign run ELEMENT --preset cpu` with the record removed; `--force` would train every run the record reads
-again), and committed with them. `--train` names the elements that read the moved entries (`readers`).
+again), and committed with them. `--train` names the elements that read the entries whose values moved (`readers`).
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ def retrain(
     cuda_here: bool = False,
     drop_diverged: bool = False,
     part: tuple[int, int] = (1, 1),
+    moved_entries: set | None = None,
 ) -> int:
     """Train the element's legacy CPU entries (and its CUDA ones when `cuda_here`) again here, one at a time, into the
     fresh run cache `cache` (an entry cached from the dirty run would be read back, not trained); each entry is
@@ -180,7 +181,8 @@ def retrain(
     tuning run of `sgr.tab4` scores 0, a final run moves to the next rate): its records must then be assembled
     again, which trains that run again and meets the divergence there. `part` (k, n) trains only the entries whose key's
     CRC-32 is k - 1 modulo n: n processes, each with its own cache, share the entries without training one twice,
-    whenever each starts (a part is fixed by the key, not by which entries are still dirty)."""
+    whenever each starts (a part is fixed by the key, not by which entries are still dirty). `moved_entries`, when
+    given, collects the (kind, key) of every entry whose value moved (`moved`), for `readers`."""
     from gradalign.compute.sweep import compute_unit
     from gradalign.errors import DivergenceError
 
@@ -209,6 +211,8 @@ def retrain(
             raise
         change = moved(json.loads(kept), json.loads(path.read_text()))
         echo(f"ok   {unit.label}" + (f" (moved: {change})" if change else ""))
+        if change and moved_entries is not None:
+            moved_entries.add((unit.kind, unit.key))
         trained += 1
     return trained
 
@@ -222,15 +226,19 @@ def readers(entries: set[tuple[str, str]]) -> list[str]:
 
 
 def reassembly_advice(element_id: str, elements: list[str], parts: bool) -> str:
-    """What to do after CUDA entries were trained again here: their values moved, so every record that reads them is
-    assembled again, from the committed runs. Not with `gradalign run --force`, which trains every run the record
-    reads again (on 2026-12-07 it retrained `sgr.fig2`'s committed EPYC runs before it was stopped)."""
+    """What to do after entries' values moved (CUDA ones trained here, or CPU ones on another kind): every record that
+    reads them is assembled again, from the committed runs. Not with `gradalign run --force`, which trains every run
+    the record reads again (on 2026-12-07 it retrained `sgr.fig2`'s committed EPYC runs before it was stopped)."""
     after = "once every part has finished, " if parts else ""
-    names = ", ".join(elements) or element_id
+    if not elements:  # `unclaimed`: no element's units read them
+        return (
+            f"{element_id}: entries moved; {after}commit them; no element's units read them: assemble again the "
+            "pilot or study that does (`gradalign.compute.pilots`), from a clean tree"
+        )
     return (
-        f"{element_id}: CUDA entries moved; {after}commit them, then assemble again each record that reads them "
-        f"({names}) from a clean tree: remove its stored cpu record and run `gradalign run ID --preset cpu` "
-        "(not --force, which trains every run the record reads again)"
+        f"{element_id}: entries moved; {after}commit them, then assemble again each record that reads them "
+        f"({', '.join(elements)}) from a clean tree: remove its stored cpu record and run `gradalign run ID --preset "
+        "cpu` (not --force, which trains every run the record reads again)"
     )
 
 
@@ -300,8 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         rebuilt, others = unclaimed(runs, names) if UNCLAIMED in elements else ([], [])
     for element_id in elements:
         if args.train:
-            mine = [(u, p) for u, p in legacy_of(element_id, runs, names) if in_part(u.key, part)]
-            cuda_keys = {(u.kind, u.key) for u, p in mine if p["device"] == "cuda"} if args.cuda_here else set()
+            moved_entries: set[tuple[str, str]] = set()
             try:
                 retrain(
                     element_id,
@@ -311,14 +318,15 @@ def main(argv: list[str] | None = None) -> int:
                     cuda_here=args.cuda_here,
                     drop_diverged=args.drop_diverged,
                     part=part,
+                    moved_entries=moved_entries,
                 )
             except DivergenceError as err:  # the entry is back; today's loop stops a run its first training kept
                 raise SystemExit(
                     f"legacy_dirty: {element_id}: {err}; its dirty entry was put back (--drop-diverged removes it, "
                     "where the element scores a divergence of that run itself)"
                 ) from None
-            if cuda_keys:
-                print(reassembly_advice(element_id, readers(cuda_keys), part[1] > 1))
+            if moved_entries:
+                print(reassembly_advice(element_id, readers(moved_entries), part[1] > 1))
         else:
             print(summary(element_id, runs, names, rebuilt if element_id == UNCLAIMED else None))
     if not args.train and UNCLAIMED in elements:
