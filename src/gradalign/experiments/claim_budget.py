@@ -163,8 +163,10 @@ HALF_BUDGET_QUEUE = (
 """Elements whose runs at half their `cpu` budget a GPU window trains (runs only: `at_half_budget` reads them), so
 that their claims are decided at both budgets; Figures 5 and 6 of LGA read Figure 7's runs, metagrad's Figure 3
 Table 1's, SGR's Figures 2-4 Table 4's. Table 4's MLP reading comes first: 149 MLP runs of seconds each on a GPU
-(about 2 hours on two cores here), and until they are committed its claims rest on the per-run finished-learning rule.
-Tables 3, 6 and 7's are `pilots.BUDGET_CHECKS`."""
+(about 2 hours on two cores here); until every one is committed its claims rest on the per-run finished-learning rule.
+Of them, 14 diverged in an earlier window (grid rates its record never reads) and a window does not retry them, while
+`at_half_budget` needs every unit committed: a CPU may train them, else a divergence has to count there as the
+record's own tuning counts it. Tables 3, 6 and 7's are `pilots.BUDGET_CHECKS`."""
 
 
 def half_budget_item(element_id: str) -> tuple[str, str, dict]:
