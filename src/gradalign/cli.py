@@ -301,7 +301,12 @@ def parser() -> argparse.ArgumentParser:
         help="override a config field, JSON value (steps=100, labels=[250,1000]); "
         "dotted names reach nested settings (trial.lr=3e-4); see --show-config",
     )
-    r.add_argument("--force", action="store_true", help="recompute even if a record is stored")
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="recompute the record and every run it reads, committed ones included (to assemble a record again from "
+        "its committed runs, remove the stored record instead)",
+    )
     r.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
     r.add_argument("--results", help="results root (default: $GRADALIGN_RESULTS or ./results)")
     r.add_argument(
