@@ -126,13 +126,24 @@ def _budget_name(overrides: dict, config: dict) -> tuple[str, str]:
     return words(full), words(half)
 
 
+class _NotCommitted(Exception):
+    """A run the experiment reads at half its budget is neither committed nor kept as diverged."""
+
+
 def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
     """The record's experiment at half its budget (`half_overrides`, and what its `Experiment.half_budget` adds: B's
     choice where the experiment makes one), assembled from its committed runs and never trained: a record-shaped
     dict (config, metrics, curves, checks), the two budgets' names and how many runs it read; None unless every run
-    of it is committed (`committed.entries`)."""
+    it reads is committed (`committed.entries`) or kept as diverged.
+
+    It reads what the experiment reads at B/2, as `gradalign run` would: a tuning's candidates and the final runs at
+    the rates it chooses, not every unit a sweep may compute (Table 4's finals at every rate of the grid). A run
+    kept as diverged (`diverged_runs`, with its commit and hardware) is read as its divergence, which the
+    experiment's own rule scores (a tuning candidate scores 0; a final run moves to the next rate)."""
+    from gradalign.errors import DivergenceError
     from gradalign.experiments import get
     from gradalign.experiments.committed import entries, resolved
+    from gradalign.experiments.diverged_runs import every_diverged
     from gradalign.store.run_unit import committed_runs
     from gradalign.store.store_root import results_root
 
@@ -142,13 +153,26 @@ def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
     exp = get(record["id"])
     overrides = {**budget, **(exp.half_budget(record) if exp.half_budget else {})}
     found = entries(record, overrides)
-    if not found or any(entry is None for _, entry in found):
-        return None
+    kept = every_diverged()
+    if not any(entry is not None or unit.key in kept for unit, entry in found):
+        return None  # no run at half the budget yet: the experiment is not even opened
     cfg = resolved(record, overrides)
-    with committed_runs(results_root() / "runs", write=False):
-        out = exp.run(cfg, "cpu")  # every unit is committed: it reads them, it trains nothing
+    divergences: set[str] = set()
+
+    def missing(unit):
+        if unit.key not in kept:
+            raise _NotCommitted(unit.label)
+        divergences.add(unit.key)
+        raise DivergenceError(f"{kept[unit.key]['why']} (kept as diverged, {kept[unit.key]['hardware']})")
+
+    try:
+        with committed_runs(results_root() / "runs", write=False, missing=missing) as committed:
+            out = exp.run(cfg, "cpu")  # reads committed runs and kept divergences; trains nothing
+    except (_NotCommitted, DivergenceError):  # a run not there yet, or a divergence the experiment does not score
+        return None
     half = {**record, "config": cfg.to_dict(), "metrics": out["metrics"], "curves": out["curves"]}
-    return {**half, "checks": out["checks"]}, _budget_name(budget, record["config"]), len(found)
+    read = len(committed.read) + len(divergences)
+    return {**half, "checks": out["checks"]}, _budget_name(budget, record["config"]), read
 
 
 HALF_BUDGET_QUEUE = (
@@ -162,11 +186,10 @@ HALF_BUDGET_QUEUE = (
 )
 """Elements whose runs at half their `cpu` budget a GPU window trains (runs only: `at_half_budget` reads them), so
 that their claims are decided at both budgets; Figures 5 and 6 of LGA read Figure 7's runs, metagrad's Figure 3
-Table 1's, SGR's Figures 2-4 Table 4's. Table 4's MLP reading comes first: 149 MLP runs of seconds each on a GPU
-(about 2 hours on two cores here); until every one is committed its claims rest on the per-run finished-learning rule.
-Of them, 14 diverged in an earlier window (grid rates its record never reads) and a window does not retry them, while
-`at_half_budget` needs every unit committed: a CPU may train them, else a divergence has to count there as the
-record's own tuning counts it. Tables 3, 6 and 7's are `pilots.BUDGET_CHECKS`."""
+Table 1's, SGR's Figures 2-4 Table 4's. Table 4's MLP reading comes first: MLP runs of seconds each on a GPU
+(40-150 s on one thread here). `at_half_budget` reads only the runs the experiment reads (its tuning, the finals at
+the rates chosen), with a diverged tuning run read from `diverged_runs` (`sgr.tab4` keeps its divergences). Tables 3,
+6 and 7's are `pilots.BUDGET_CHECKS`."""
 
 
 def half_budget_item(element_id: str) -> tuple[str, str, dict]:

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-STUDIES = ("lga.tune", "sgr.lamfull")  # the studies that keep their divergences (`gradalign sweep` keeps them too)
+STUDIES = ("lga.tune", "sgr.lamfull", "sgr.tab4")  # the studies that keep their divergences (`gradalign sweep` too)
+# sgr.tab4: its lr tuning on validation (shared with Figures 2-4), where a diverged candidate scores 0 and a diverged
+# final run moves to the next rate (`sgr.bp_free.tune`, `_tuned_runs`): kept so that its reading at half the budget
+# (`claim_budget.at_half_budget`) is assembled from committed runs and these, with nothing trained.
 
 
 def _file(study: str) -> Path:
@@ -27,6 +30,12 @@ def diverged(study: str, root=None) -> dict[str, dict]:
     from gradalign.store.store_root import results_root
 
     return (read_digested((root or results_root()) / _file(study)) or {"runs": {}})["runs"]
+
+
+def every_diverged(root=None) -> dict[str, dict]:
+    """Run key -> what was kept, over every study's divergences: a run's divergence is a fact of its spec, whichever
+    study kept it."""
+    return {key: kept for study in STUDIES for key, kept in diverged(study, root).items()}
 
 
 def keep_diverged(study: str, unit, why: str, device, root=None, made: dict | None = None) -> dict:

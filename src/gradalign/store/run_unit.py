@@ -48,6 +48,7 @@ ENTRY_FIELDS = ("schema", "kind", "key", "version", "spec", "value", "provenance
 class _Committed:
     folder: Path
     write: bool
+    missing: Callable[["Unit"], Any] | None = None  # called for a unit with no committed entry, instead of computing it
     read: dict[tuple[str, str], dict] = field(default_factory=dict)  # (kind, key) -> its provenance
 
 
@@ -55,9 +56,11 @@ _COMMITTED: contextvars.ContextVar[_Committed | None] = contextvars.ContextVar("
 
 
 @contextlib.contextmanager
-def committed_runs(folder: Path, write: bool) -> Iterator[_Committed]:
-    """Within this block units read committed entries from `folder` first and (`write`) store finished ones there."""
-    token = _COMMITTED.set(_Committed(Path(folder), write))
+def committed_runs(folder: Path, write: bool, missing: Callable[["Unit"], Any] | None = None) -> Iterator[_Committed]:
+    """Within this block units read committed entries from `folder` first and (`write`) store finished ones there.
+    With `missing`, nothing is computed or read from the run cache: a unit without a committed entry is
+    `missing(unit)` (which raises, or gives its value), so an experiment is assembled from committed runs only."""
+    token = _COMMITTED.set(_Committed(Path(folder), write, missing))
     try:
         yield _COMMITTED.get()
     finally:
@@ -92,6 +95,8 @@ class Unit:
             if entry is not None:
                 committed.read[(self.kind, self.key)] = entry["provenance"]
                 return entry["value"]
+            if committed.missing is not None:
+                return committed.missing(self)
         made: dict = {}
         value = cached_run(self.kind, self.spec, self.version, functools.partial(_timed, self.compute, made), root)
         if committed is not None:
