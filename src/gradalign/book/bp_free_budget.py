@@ -1,0 +1,91 @@
+"""Table 4's two budgets on the BP-free page: each reading at half its budget, each claim's decision at both, and
+the budget named as the leading alternative explanation where halving it changes a decision.
+
+The conv reading (`sgr.tab4conv`) trains its half-budget runs itself and keeps them in `metrics["half"]`; the MLP
+reading (`sgr.tab4`) is read at half its budget from its committed runs and kept divergences by
+`claim_budget.at_half_budget`, as its verdict is (nothing is trained here)."""
+
+from __future__ import annotations
+
+
+def half_reading(record: dict) -> dict | None:
+    """{"epochs", "table", "diverged", "chosen"} of a Table 4 record at half its budget, in the shape of
+    `sgr.tab4conv`'s `metrics["half"]` ("chosen": {dataset: {method: lr}}, where B/2 tuned its own rates); None
+    where the record has no such reading (no claim of it carries a budget check)."""
+    from gradalign.experiments.claim_budget import at_half_budget
+
+    if "half" in record["metrics"]:
+        return record["metrics"]["half"]
+    if not any("budget" in check for check in record["checks"].values()):
+        return None
+    found = at_half_budget(record)
+    if found is None:
+        return None
+    half = found[0]
+    tuning = half["metrics"].get("tuning", {})
+    return {
+        "epochs": half["config"]["protocol"]["epochs"],
+        "table": half["metrics"]["table"],
+        "diverged": {
+            d: {m: "every rate" for m, e in by.items() if e.get("final", 0) is None} for d, by in tuning.items()
+        },
+        "chosen": {d: {m: e.get("final", e["chosen"]) for m, e in by.items()} for d, by in tuning.items()},
+    }
+
+
+def _parts(record: dict, names: dict) -> list[tuple[str, dict, dict, list]]:
+    """(label, the comparison at B, its budget check, the two budgets' names) of every comparison with one."""
+    out = []
+    for check in record["checks"].values():
+        budget = check.get("budget")
+        if not budget:
+            continue
+        value = check.get("value") if isinstance(check.get("value"), dict) else {}
+        claim = check["claim"].split(" (")[0]
+        for part, c in (budget.get("comparisons") or {"": {}}).items():
+            at_full = value if not part else value.get(part, {})
+            label = claim if not part else f"{claim}: {names.get(part, part)}"
+            out.append((label, at_full, {"stable": budget["stable"], **c}, budget["budgets"]))
+    return out
+
+
+def budget_table(record: dict, names: dict):
+    """A DataFrame, one row per comparison: its decision at B and at B/2, the change of its difference with its SE,
+    whether it was paired by seed and whether it is stable; None where no claim carries a budget check."""
+    import pandas as pd
+
+    rows = {}
+    for label, _, c, budgets in _parts(record, names):
+        rows[label] = {
+            f"decision at {budgets[0]}": c.get("full", "—"),
+            f"decision at {budgets[1]}": c.get("half", "—"),
+            "change of the difference (points)": f"{c['change']:+.2f} ± {c['se']:.2f} SE" if "change" in c else "—",
+            "paired by seed": "yes" if c.get("paired") else "no",
+            "stable": "yes" if c["stable"] else "no",
+        }
+    return pd.DataFrame(rows).T if rows else None
+
+
+def budget_alternative(record: dict, names: dict, reading: str) -> str | None:
+    """Markdown naming the budget as the leading alternative explanation of `reading`'s verdict, with every
+    comparison the budget check found unstable; None where no decided claim was made undecided by it."""
+    from gradalign.experiments.claim_budget import MIN_CHANGE
+
+    unstable = sorted(n for n, check in record["checks"].items() if check.get("budget_unstable"))
+    moved = [
+        f"{label}: {c['full']} at {budgets[0]} ({at_full['diff']:+.2f} points), {c['half']} at {budgets[1]} "
+        f"({c['diff_half']:+.2f})"
+        for label, at_full, c, budgets in _parts(record, names)
+        if "change" in c and not c["stable"] and "diff" in at_full
+    ]
+    if not unstable or not moved:
+        return None
+    return (
+        f"**The leading alternative explanation** of the {reading}'s result is its budget. Halving the epochs moves "
+        f"{len(moved)} comparison(s) past the budget rule (a changed decision, or a difference that moved by more "
+        f"than max({MIN_CHANGE:g}, 2 SE)):\n\n"
+        + "\n".join(f"- {line}" for line in moved)
+        + f"\n\nSo {len(unstable)} of its {len(record['checks'])} claims are not decided (rules version 4's "
+        "claim-level budget check): at this scale the comparison does not separate SGR from the budget it was "
+        "trained for. A longer budget, or more seeds at both budgets, is the next test."
+    )
