@@ -48,3 +48,15 @@ def test_a_budget_stable_claim_names_no_alternative():
     assert half_reading({"metrics": {"table": {}}, "checks": {"c": {"passed": True}}}) is None  # no budget check
     stored = {"epochs": 10, "table": {}, "diverged": {}}
     assert half_reading({"metrics": {"half": stored}, "checks": {}}) is stored  # the conv reading's own
+
+
+def test_an_arm_tuned_to_another_rate_at_half_the_budget_is_said_so():
+    from gradalign.book.bp_free_budget import budget_alternative
+
+    record = _record([84.9, 85.0, 85.0], [85.6, 85.3, 85.5])
+    record["metrics"]["tuning"] = {"d": {"layerwise": {"chosen": 0.1, "final": 0.03}, "sgr": {"chosen": 0.01}}}
+    half = {"chosen": {"d": {"layerwise": 0.1, "sgr": 0.01}}}
+    text = budget_alternative(record, NAMES, "MLP reading", half)
+    assert "layer-wise trained at lr 0.03 at 40 epochs and 0.1 at 20 epochs" in text
+    half["chosen"]["d"]["layerwise"] = 0.03  # the same rate at both budgets: nothing to say
+    assert "trained at lr" not in budget_alternative(record, NAMES, "MLP reading", half)

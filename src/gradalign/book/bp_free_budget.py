@@ -34,17 +34,18 @@ def half_reading(record: dict) -> dict | None:
 
 
 def _parts(record: dict, names: dict) -> list[tuple[str, dict, dict, list]]:
-    """(label, the comparison at B, its budget check, the two budgets' names) of every comparison with one."""
+    """(label, the comparison at B, its budget check, the two budgets' names) of every comparison with one; the
+    label names the arm SGR is compared with (Table 4's checks: `sgr_beats_<arm>`, or one part per baseline)."""
     out = []
-    for check in record["checks"].values():
+    for name, check in record["checks"].items():
         budget = check.get("budget")
         if not budget:
             continue
         value = check.get("value") if isinstance(check.get("value"), dict) else {}
-        claim = check["claim"].split(" (")[0]
         for part, c in (budget.get("comparisons") or {"": {}}).items():
             at_full = value if not part else value.get(part, {})
-            label = claim if not part else f"{claim}: {names.get(part, part)}"
+            other = part or name.split("_beats_")[-1]  # sgr_beats_layerwise; sgr_beats_bp_free_baselines' parts
+            label = f"SGR against {names.get(other, other)}"
             out.append((label, at_full, {"stable": budget["stable"], **c}, budget["budgets"]))
     return out
 
@@ -66,15 +67,35 @@ def budget_table(record: dict, names: dict):
     return pd.DataFrame(rows).T if rows else None
 
 
-def budget_alternative(record: dict, names: dict, reading: str) -> str | None:
+def _rates(record: dict, half: dict | None) -> dict[str, tuple]:
+    """arm -> (its final runs' rate at B, at B/2), for the arms whose rate differs between the budgets."""
+    if not half or not half.get("chosen"):
+        return {}
+    out = {}
+    for d, by in record["metrics"].get("tuning", {}).items():
+        for m, e in by.items():
+            full, at_half = e.get("final", e["chosen"]), half["chosen"].get(d, {}).get(m)
+            if full is not None and at_half is not None and full != at_half:
+                out[m] = (full, at_half)
+    return out
+
+
+def budget_alternative(record: dict, names: dict, reading: str, half: dict | None = None) -> str | None:
     """Markdown naming the budget as the leading alternative explanation of `reading`'s verdict, with every
-    comparison the budget check found unstable; None where no decided claim was made undecided by it."""
+    comparison the budget check found unstable (and, from `half_reading`, where the arm's tuned rate differs
+    between the budgets); None where no decided claim was made undecided by it."""
     from gradalign.experiments.claim_budget import MIN_CHANGE
 
     unstable = sorted(n for n, check in record["checks"].items() if check.get("budget_unstable"))
+    rates = _rates(record, half)
     moved = [
         f"{label}: {c['full']} at {budgets[0]} ({at_full['diff']:+.2f} points), {c['half']} at {budgets[1]} "
         f"({c['diff_half']:+.2f})"
+        + "".join(
+            f"; {names.get(m, m)} trained at lr {r[0]:g} at {budgets[0]} and {r[1]:g} at {budgets[1]}"
+            for m, r in rates.items()
+            if label.endswith(names.get(m, m))
+        )
         for label, at_full, c, budgets in _parts(record, names)
         if "change" in c and not c["stable"] and "diff" in at_full
     ]
