@@ -55,8 +55,8 @@ def test_an_arm_tuned_to_another_rate_at_half_the_budget_is_said_so():
 
     record = _record([84.9, 85.0, 85.0], [85.6, 85.3, 85.5])
     record["metrics"]["tuning"] = {"d": {"layerwise": {"chosen": 0.1, "final": 0.03}, "sgr": {"chosen": 0.01}}}
-    half = {"chosen": {"d": {"layerwise": 0.1, "sgr": 0.01}}}
+    half = {"final": {"d": {"layerwise": 0.1, "sgr": 0.01}}}
     text = budget_alternative(record, NAMES, "MLP reading", half)
-    assert "layer-wise trained at lr 0.03 at 40 epochs and 0.1 at 20 epochs" in text
-    half["chosen"]["d"]["layerwise"] = 0.03  # the same rate at both budgets: nothing to say
-    assert "trained at lr" not in budget_alternative(record, NAMES, "MLP reading", half)
+    assert "layer-wise's final runs at lr 0.03 at 40 epochs and 0.1 at 20 epochs" in text
+    half["final"]["d"]["layerwise"] = 0.03  # the same rate at both budgets: nothing to say
+    assert "final runs at lr" not in budget_alternative(record, NAMES, "MLP reading", half)

@@ -47,12 +47,70 @@ def test_it_reads_only_the_runs_the_experiment_reads_and_trains_nothing(table4, 
     from gradalign.experiments.claim_budget import at_half_budget
     from gradalign.experiments.units import units_of
 
+    from gradalign.store.runcache import force_recompute
+
     record, half, out, read, _ = table4
     assert len(units_of("sgr.tab4", half)) > len(read)  # the finals at rates not chosen: never trained, not needed
     _no_training(monkeypatch)
-    reading, budgets, runs = at_half_budget(record)
-    assert budgets == ("2 epochs", "1 epochs") and runs == len(read)
+    with force_recompute():  # --force recomputes committed runs elsewhere; a reading from them still trains nothing
+        reading, budgets, runs = at_half_budget(record)
+    assert budgets == ("2 epochs", "1 epochs") and runs == len(_own(record, read))
+    assert 0 < runs < len(read)  # the tuning's runs are the full budget's: read, not counted as the half budget's
     assert reading["metrics"]["tuning"] == out["metrics"]["tuning"]
+
+
+def _own(record, read):
+    """The keys of the runs read at half the budget that the full budget does not share."""
+    from gradalign.experiments.committed import units
+
+    return {key for _, key in read} - {unit.key for unit in units(record)}
+
+
+def test_with_only_runs_shared_with_the_full_budget_the_experiment_is_not_opened(table4, monkeypatch):
+    from gradalign.experiments.claim_budget import at_half_budget
+    from gradalign.store import run_unit
+
+    record, half, _, read, root = table4
+    for kind, key in read:
+        if key in _own(record, read):
+            (root / "runs" / kind / f"{key}.json").unlink()
+    monkeypatch.setattr(run_unit, "committed_runs", lambda *a, **k: pytest.fail("opened the experiment"))
+    assert at_half_budget(record) is None
+
+
+def test_a_final_run_kept_as_diverged_moves_to_the_next_rate_as_the_experiment_does(table4, monkeypatch):
+    from gradalign.experiments.claim_budget import at_half_budget
+    from gradalign.experiments.diverged_runs import keep_diverged
+    from gradalign.store.run_unit import committed_runs
+
+    record, half, out, _, root = table4
+    grid = out["metrics"]["tuning"]["fashion_mnist"]["layerwise"]
+    chosen = grid["chosen"]
+    other = 0.01 if chosen == 0.1 else 0.1
+    d = half.datasets[0]
+    with committed_runs(root / "runs", write=True):
+        half.unit("layerwise", d, half.seed, other).run()  # the next rate's final run, committed
+    final = half.unit("layerwise", d, half.seed, chosen)
+    _uncommit(root, final)
+    keep_diverged("sgr.tab4", final, "diverged at step 2: loss = nan", "cpu", root)
+    _no_training(monkeypatch)
+    reading, _, _ = at_half_budget(record)
+    entry = reading["metrics"]["tuning"]["fashion_mnist"]["layerwise"]
+    assert entry["final"] == other and set(entry["diverged"]) == {f"{chosen:g}"}
+
+
+def test_a_reading_from_committed_runs_keeps_no_divergence(tmp_path):
+    from types import SimpleNamespace
+
+    from gradalign.experiments.diverged_runs import diverged, keep_diverged
+    from gradalign.store.run_unit import committed_runs
+
+    unit = SimpleNamespace(label="a run", key="0123456789abcdef")
+    with committed_runs(tmp_path / "runs", write=False, missing=lambda u: None):
+        kept = keep_diverged("sgr.tab4", unit, "diverged", "cpu", tmp_path)
+    assert kept["why"] == "diverged" and diverged("sgr.tab4", tmp_path) == {}  # nothing written
+    keep_diverged("sgr.tab4", unit, "diverged", "cpu", tmp_path)
+    assert set(diverged("sgr.tab4", tmp_path)) == {unit.key}  # outside it, kept
 
 
 def test_a_run_it_reads_that_is_neither_committed_nor_kept_leaves_no_reading(table4, monkeypatch):
@@ -77,7 +135,7 @@ def test_a_tuning_run_kept_as_diverged_is_read_as_its_divergence_and_scores_zero
     assert unit.key in diverged("sgr.tab4", root)
     _no_training(monkeypatch)
     reading, _, runs = at_half_budget(record)
-    assert runs == len(read)  # one fewer committed, one divergence read
+    assert runs == len(_own(record, read))  # a tuning run: shared with the full budget either way
     assert reading["metrics"]["tuning"]["fashion_mnist"]["layerwise"]["grid"][f"{other:g}"] == 0.0
 
 

@@ -218,6 +218,8 @@ def test_tab4_tunes_every_lr_on_held_out_training_images_then_runs_the_chosen(tm
         m: {k: e[k] for k in ("grid", "chosen")} for m, e in tuning.items()
     }  # read back, not retrained
     assert all(e["final"] == e["chosen"] for e in stored.values())  # nothing diverged
+    table = record["metrics"]["table"]["fashion_mnist"]
+    assert all(len(s["values"]) == s["n"] for s in table.values())  # per seed: the budget check pairs by seed
 
 
 def test_tab4_refuses_a_training_set_that_leaves_no_validation():

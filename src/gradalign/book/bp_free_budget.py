@@ -9,9 +9,11 @@ from __future__ import annotations
 
 
 def half_reading(record: dict) -> dict | None:
-    """{"epochs", "table", "diverged", "chosen"} of a Table 4 record at half its budget, in the shape of
-    `sgr.tab4conv`'s `metrics["half"]` ("chosen": {dataset: {method: lr}}, where B/2 tuned its own rates); None
-    where the record has no such reading (no claim of it carries a budget check)."""
+    """{"epochs", "table", "diverged", "final"} of a Table 4 record at half its budget, in the shape of
+    `sgr.tab4conv`'s `metrics["half"]` ("final": {dataset: {method: the final runs' lr}}: the same tuning serves
+    both budgets, but a final run that diverges moves to the next rate at its own budget); None where the record
+    has no such reading (no claim of it carries a budget check). Read again at each call: runs committed after the
+    record's last `rederive` show here before its checks."""
     from gradalign.experiments.claim_budget import at_half_budget
 
     if "half" in record["metrics"]:
@@ -29,7 +31,7 @@ def half_reading(record: dict) -> dict | None:
         "diverged": {
             d: {m: "every rate" for m, e in by.items() if e.get("final", 0) is None} for d, by in tuning.items()
         },
-        "chosen": {d: {m: e.get("final", e["chosen"]) for m, e in by.items()} for d, by in tuning.items()},
+        "final": {d: {m: e.get("final", e["chosen"]) for m, e in by.items()} for d, by in tuning.items()},
     }
 
 
@@ -44,8 +46,9 @@ def _parts(record: dict, names: dict) -> list[tuple[str, dict, dict, list]]:
         value = check.get("value") if isinstance(check.get("value"), dict) else {}
         for part, c in (budget.get("comparisons") or {"": {}}).items():
             at_full = value if not part else value.get(part, {})
-            other = part or name.split("_beats_")[-1]  # sgr_beats_layerwise; sgr_beats_bp_free_baselines' parts
-            label = f"SGR against {names.get(other, other)}"
+            prefix, _, arm = name.partition("sgr_beats_")  # [<dataset>_]sgr_beats_<arm>; the baselines' parts
+            other = part or arm
+            label = f"SGR against {names.get(other, other)}" + (f" ({prefix.rstrip('_')})" if prefix else "")
             out.append((label, at_full, {"stable": budget["stable"], **c}, budget["budgets"]))
     return out
 
@@ -68,13 +71,14 @@ def budget_table(record: dict, names: dict):
 
 
 def _rates(record: dict, half: dict | None) -> dict[str, tuple]:
-    """arm -> (its final runs' rate at B, at B/2), for the arms whose rate differs between the budgets."""
-    if not half or not half.get("chosen"):
+    """arm -> (its final runs' rate at B, at B/2), for the arms whose final rate differs between the budgets (one
+    tuning serves both; a final run that diverged at one budget moved on to the next rate there)."""
+    if not half or not half.get("final"):
         return {}
     out = {}
     for d, by in record["metrics"].get("tuning", {}).items():
         for m, e in by.items():
-            full, at_half = e.get("final", e["chosen"]), half["chosen"].get(d, {}).get(m)
+            full, at_half = e.get("final", e["chosen"]), half["final"].get(d, {}).get(m)
             if full is not None and at_half is not None and full != at_half:
                 out[m] = (full, at_half)
     return out
@@ -92,9 +96,9 @@ def budget_alternative(record: dict, names: dict, reading: str, half: dict | Non
         f"{label}: {c['full']} at {budgets[0]} ({at_full['diff']:+.2f} points), {c['half']} at {budgets[1]} "
         f"({c['diff_half']:+.2f})"
         + "".join(
-            f"; {names.get(m, m)} trained at lr {r[0]:g} at {budgets[0]} and {r[1]:g} at {budgets[1]}"
+            f"; {names.get(m, m)}'s final runs at lr {r[0]:g} at {budgets[0]} and {r[1]:g} at {budgets[1]}"
             for m, r in rates.items()
-            if label.endswith(names.get(m, m))
+            if m == "sgr" or label.split(" (")[0].endswith(names.get(m, m))
         )
         for label, at_full, c, budgets in _parts(record, names)
         if "change" in c and not c["stable"] and "diff" in at_full

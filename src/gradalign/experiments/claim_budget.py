@@ -133,8 +133,9 @@ class _NotCommitted(Exception):
 def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
     """The record's experiment at half its budget (`half_overrides`, and what its `Experiment.half_budget` adds: B's
     choice where the experiment makes one), assembled from its committed runs and never trained: a record-shaped
-    dict (config, metrics, curves, checks), the two budgets' names and how many runs it read; None unless every run
-    it reads is committed (`committed.entries`) or kept as diverged.
+    dict (config, metrics, curves, checks), the two budgets' names and how many of its own runs it read (not those
+    it shares with the full budget); None unless every run it reads is committed (`committed.entries`) or kept as
+    diverged.
 
     It reads what the experiment reads at B/2, as `gradalign run` would: a tuning's candidates and the final runs at
     the rates it chooses, not every unit a sweep may compute (Table 4's finals at every rate of the grid). A run
@@ -142,7 +143,7 @@ def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
     experiment's own rule scores (a tuning candidate scores 0; a final run moves to the next rate)."""
     from gradalign.errors import DivergenceError
     from gradalign.experiments import get
-    from gradalign.experiments.committed import entries, resolved
+    from gradalign.experiments.committed import entries, resolved, units
     from gradalign.experiments.diverged_runs import every_diverged
     from gradalign.store.run_unit import committed_runs
     from gradalign.store.store_root import results_root
@@ -152,10 +153,11 @@ def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
         return None
     exp = get(record["id"])
     overrides = {**budget, **(exp.half_budget(record) if exp.half_budget else {})}
-    found = entries(record, overrides)
+    shared = {unit.key for unit in units(record)}  # the full budget's runs (a tuning's are the same at both)
+    own = [(unit, entry) for unit, entry in entries(record, overrides) if unit.key not in shared]
     kept = every_diverged()
-    if not any(entry is not None or unit.key in kept for unit, entry in found):
-        return None  # no run at half the budget yet: the experiment is not even opened
+    if not any(entry is not None or unit.key in kept for unit, entry in own):
+        return None  # no run of its own at half the budget yet: the experiment is not even opened
     cfg = resolved(record, overrides)
     divergences: set[str] = set()
 
@@ -171,7 +173,7 @@ def at_half_budget(record: dict) -> tuple[dict, tuple[str, str], int] | None:
     except (_NotCommitted, DivergenceError):  # a run not there yet, or a divergence the experiment does not score
         return None
     half = {**record, "config": cfg.to_dict(), "metrics": out["metrics"], "curves": out["curves"]}
-    read = len(committed.read) + len(divergences)
+    read = len({key for _, key in committed.read} - shared) + len(divergences - shared)  # its own runs
     return {**half, "checks": out["checks"]}, _budget_name(budget, record["config"]), read
 
 
@@ -186,8 +188,9 @@ HALF_BUDGET_QUEUE = (
 """Elements whose runs at half their `cpu` budget a GPU window trains (runs only: `at_half_budget` reads them), so
 that their claims are decided at both budgets; Figures 5 and 6 of LGA read Figure 7's runs, metagrad's Figure 3
 Table 1's. SGR's Table 4 (and Figures 2-4, which read its runs) left the queue once every run its experiment reads
-at 20 epochs was committed or kept as diverged (on a Xeon CPU, stops 69-70): `at_half_budget` reads only those, not
-the finals at rates the tuning did not choose. Tables 3, 6 and 7's are `pilots.BUDGET_CHECKS`."""
+at 20 epochs was committed or kept as diverged (on a Xeon CPU, stops 69-70; its 5 seeds since stop 70):
+`at_half_budget` reads only those (its 8-epoch tuning is the full budget's), not the finals at rates the tuning did
+not choose. Tables 3, 6 and 7's are `pilots.BUDGET_CHECKS`."""
 
 
 def half_budget_item(element_id: str) -> tuple[str, str, dict]:

@@ -41,16 +41,20 @@ def every_diverged(root=None) -> dict[str, dict]:
 def keep_diverged(study: str, unit, why: str, device, root=None, made: dict | None = None) -> dict:
     """Keep `unit`'s divergence (`why`: the error's line) under `study` (in the results store `root`, default
     `results_root()`), with its provenance: this checkout's commit and `device`'s hardware, or `made`'s
-    ({"git_commit", "hardware"}: where a GPU window trained it); returns what was kept."""
+    ({"git_commit", "hardware"}: where a GPU window trained it); returns what was kept. Inside a reading from
+    committed runs (`run_unit.reading_only`) nothing is written: the divergence it passes on is kept already."""
     from gradalign.environment import git_commit, hardware
     from gradalign.store.atomic import write_digested
     from gradalign.store.store_root import results_root
 
+    from gradalign.store.run_unit import reading_only
     from gradalign.store.runcache import cache_root, key_lock
 
     root = root or results_root()
     made = made or {"git_commit": git_commit(), "hardware": hardware(device)}
     kept = {"label": unit.label, "why": why, "git_commit": made["git_commit"], "hardware": made["hardware"]}
+    if reading_only():  # a reading from committed runs (`claim_budget.at_half_budget`) passes a kept one on
+        return every_diverged(root).get(unit.key, kept)
     # Read, add, write under one lock: two jobs of a sweep that diverge together would otherwise each write the
     # file as they read it, and the later write would drop the other's run. The lock sits in the run cache (that the
     # sweep's jobs share), never beside the committed file.

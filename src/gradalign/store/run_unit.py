@@ -67,6 +67,12 @@ def committed_runs(folder: Path, write: bool, missing: Callable[["Unit"], Any] |
         _COMMITTED.reset(token)
 
 
+def reading_only() -> bool:
+    """Whether this is a `committed_runs(..., missing=...)` block, which reads committed runs and writes nothing."""
+    committed = _COMMITTED.get()
+    return committed is not None and committed.missing is not None
+
+
 def runs_read() -> dict[tuple[str, str], dict]:
     """(kind, key) -> provenance of every unit read or computed so far in the current `committed_runs` block."""
     committed = _COMMITTED.get()
@@ -90,12 +96,13 @@ class Unit:
         """Its value: the committed entry when there is one (inside `committed_runs`), else the run cache's,
         else computed and stored (and, inside `committed_runs(..., write=True)`, committed)."""
         committed = _COMMITTED.get()
-        if committed is not None and not forcing():  # --force: committed entries are recomputed too
+        reading_only = committed is not None and committed.missing is not None  # never computes, even with --force
+        if committed is not None and (reading_only or not forcing()):  # --force: committed entries are recomputed
             entry = read_entry(committed.folder, self)
             if entry is not None:
                 committed.read[(self.kind, self.key)] = entry["provenance"]
                 return entry["value"]
-            if committed.missing is not None:
+            if reading_only:
                 return committed.missing(self)
         made: dict = {}
         value = cached_run(self.kind, self.spec, self.version, functools.partial(_timed, self.compute, made), root)
