@@ -35,6 +35,9 @@ def test_a_decision_that_halving_the_budget_changes_is_named_as_the_leading_alte
     text = budget_alternative(record, NAMES, "MLP reading")
     assert text.startswith("**The leading alternative explanation** of the MLP reading's result is its budget")
     assert "loses at 40 epochs" in text and "1 of its 1 claims are not decided" in text
+    assert "beyond its noise" in text and "(3 seeds per arm)" in text and "A longer budget is the next test" in text
+    noisy = budget_alternative(_record([84.9, 85.0, 85.0], [84.7, 85.6, 85.3]), NAMES, "MLP reading")
+    assert "within its noise" in noisy and "more seeds at both budgets" in noisy  # the change is within its noise
     table = budget_table(record, NAMES)
     assert list(table["stable"]) == ["no"] and list(table["decision at 40 epochs"]) == ["loses"]
 

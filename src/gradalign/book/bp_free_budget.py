@@ -92,25 +92,39 @@ def budget_alternative(record: dict, names: dict, reading: str, half: dict | Non
 
     unstable = sorted(n for n, check in record["checks"].items() if check.get("budget_unstable"))
     rates = _rates(record, half)
-    moved = [
-        f"{label}: {c['full']} at {budgets[0]} ({at_full['diff']:+.2f} points), {c['half']} at {budgets[1]} "
-        f"({c['diff_half']:+.2f})"
-        + "".join(
-            f"; {names.get(m, m)}'s final runs at lr {r[0]:g} at {budgets[0]} and {r[1]:g} at {budgets[1]}"
-            for m, r in rates.items()
-            if m == "sgr" or label.split(" (")[0].endswith(names.get(m, m))
+    moved, real, seeds = [], 0, set()
+    for label, at_full, c, budgets in _parts(record, names):
+        if "change" not in c or c["stable"] or "diff" not in at_full:
+            continue
+        beyond = abs(c["change"]) > 2 * c["se"]  # the difference itself moved with the budget, beyond its noise
+        real += beyond
+        seeds |= {at_full.get("n_a"), at_full.get("n_b")} - {None}
+        moved.append(
+            f"{label}: {c['full']} at {budgets[0]} ({at_full['diff']:+.2f} points), {c['half']} at {budgets[1]} "
+            f"({c['diff_half']:+.2f}); the difference moved by {c['change']:+.2f} ± {c['se']:.2f} SE"
+            + (" (paired by seed)" if c.get("paired") else "")
+            + (", beyond its noise" if beyond else ", within its noise")
+            + "".join(
+                f"; {names.get(m, m)}'s final runs at lr {r[0]:g} at {budgets[0]} and {r[1]:g} at {budgets[1]}"
+                for m, r in rates.items()
+                if m == "sgr" or label.split(" (")[0].endswith(names.get(m, m))
+            )
         )
-        for label, at_full, c, budgets in _parts(record, names)
-        if "change" in c and not c["stable"] and "diff" in at_full
-    ]
     if not unstable or not moved:
         return None
+    if real:
+        after = (
+            f"{real} of these differences moved beyond their noise ({min(seeds, default='?')} seeds per arm): the "
+            "budget changes the comparison itself, so more seeds would not settle it. A longer budget is the next "
+            "test: whether the gap keeps growing with the epochs or levels off."
+        )
+    else:
+        after = "Each moved within its noise: more seeds at both budgets, or a longer budget, is the next test."
     return (
         f"**The leading alternative explanation** of the {reading}'s result is its budget. Halving the epochs moves "
         f"{len(moved)} comparison(s) past the budget rule (a changed decision, or a difference that moved by more "
         f"than max({MIN_CHANGE:g}, 2 SE)):\n\n"
         + "\n".join(f"- {line}" for line in moved)
         + f"\n\nSo {len(unstable)} of its {len(record['checks'])} claims are not decided (rules version 4's "
-        "claim-level budget check): at this scale the comparison does not separate SGR from the budget it was "
-        "trained for. A longer budget, or more seeds at both budgets, is the next test."
+        f"claim-level budget check). {after}"
     )
