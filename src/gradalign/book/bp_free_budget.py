@@ -128,3 +128,58 @@ def budget_alternative(record: dict, names: dict, reading: str, half: dict | Non
         + f"\n\nSo {len(unstable)} of its {len(record['checks'])} claims are not decided (rules version 4's "
         f"claim-level budget check). {after}"
     )
+
+
+def longer_budget_view(record: dict) -> None:
+    """SGR − layer-wise at 20, 40 and 80 epochs (`experiments.sgr.bp_free_longer`: the same final runs at half and
+    twice Table 4's budget, read from committed runs): a table of each budget's arms and decision (Welch's t), and
+    a figure of the difference per seed and its mean, paired by seed. A budget whose runs are not all committed
+    yet is said so."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from IPython.display import Markdown, display
+
+    from gradalign.book.page_helpers import mean_std_cell
+    from gradalign.book.plotting import METHOD_COLORS, SMALL_PT, panels
+    from gradalign.experiments.rules import decide, summary
+    from gradalign.experiments.sgr.bp_free_longer import LONGER_EPOCHS, trend
+
+    full = record["config"]["protocol"]["epochs"]
+    budgets = (full // 2, full, LONGER_EPOCHS)
+    runs = trend(record, budgets)
+    rows, done = {}, {}
+    for epochs, arms in runs.items():
+        if arms["sgr"] is None or arms["layerwise"] is None:
+            rows[f"{epochs} epochs"] = {
+                "SGR": "not trained yet",
+                "Layer-wise": "not trained yet",
+                "SGR − layer-wise": "—",
+            }
+            continue
+        a, b = summary(arms["sgr"]), summary(arms["layerwise"])
+        value = decide(a, b, higher_is_better=True)
+        rows[f"{epochs} epochs"] = {
+            "SGR": mean_std_cell(a),
+            "Layer-wise": mean_std_cell(b),
+            "SGR − layer-wise": f"{value['diff']:+.2f} ± {value['se']:.2f} SE: {value['decision']}",
+        }
+        done[epochs] = [sgr - lw for sgr, lw in zip(arms["sgr"], arms["layerwise"])]
+    display(
+        Markdown(f"**SGR against layer-wise at half, once and twice the budget** ({record['config']['seeds']} seeds):")
+    )
+    display(pd.DataFrame(rows).T)
+    if len(done) < 2:
+        return
+    fig, ax = panels(1, height=2.4)
+    xs = sorted(done)
+    for seed, _ in enumerate(done[xs[0]]):
+        label = "each seed" if seed == 0 else None
+        ax.plot(xs, [done[x][seed] for x in xs], color=METHOD_COLORS["sgr"], alpha=0.3, lw=0.8, marker=".", label=label)
+    means = [sum(done[x]) / len(done[x]) for x in xs]
+    ax.plot(xs, means, color=METHOD_COLORS["sgr"], lw=2, marker="o", label="mean over seeds")
+    ax.axhline(0, color="k", lw=0.8, ls="--")
+    ax.set_xticks(xs)
+    ax.set_xlabel("epochs")
+    ax.set_ylabel("SGR − layer-wise (points)")
+    ax.legend(fontsize=SMALL_PT, frameon=False)
+    plt.show()
