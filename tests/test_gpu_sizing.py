@@ -92,16 +92,16 @@ def test_the_backlog_page_sizes_units_from_committed_times(tmp_path, units):
     row = next(line for line in text.splitlines() if "`sgr.tab3` | `gpu`" in line)  # layer-wise ResNet: seeds 2-4 left
     assert "| 2 of 30 | 2.5 (2.5–2.5; measured; 3 of 28 timed) |" in row
     sgr = units["SGR"][0]  # a window saw it diverge, but a local table's divergence is now its result: left to train
-    fa = next(u for u in units_of("sgr.tab4", get("sgr.tab4").resolve("cpu")) if u.label.startswith("FA"))  # stops
+    lga = units_of("lga.fig7", get("lga.fig7").resolve("cpu", {"lga.alpha_w": 0.0}))[0]  # its divergence stops it
     report = {
         "began": "2026-11-26T00:00:00",
-        "units": [{"kind": u.kind, "key": u.key, "status": "diverged: x"} for u in (sgr, fa)],
+        "units": [{"kind": u.kind, "key": u.key, "status": "diverged: x"} for u in (sgr, lga)],
     }
     write_json_atomically(tmp_path / "windows" / "w.json", {**report, "digest": content_digest(report)})
     lines = backlog_markdown(tmp_path).splitlines()
     row = next(line for line in lines if "`sgr.tab3` | `gpu`" in line)
     assert "| 2 of 30 | 2.5 (2.5–2.5; measured; 3 of 28 timed) |" in row
-    row = next(line for line in lines if "`sgr.tab4` | `cpu`" in line)
+    row = next(line for line in lines if "`lga.fig7` | `cpu`" in line)  # the first: its control at α_w = 0
     assert "(1 diverged in a window, not retried)" in row
     empty = backlog_markdown(tmp_path / "nothing")
     assert "not timed" in empty and "No run has been trained both" in empty
